@@ -1,0 +1,421 @@
+//! The legacy 32-weight block formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0.
+//!
+//! Decoding follows ggml's `dequantize_row_*` and encoding ggml's
+//! `quantize_row_*_ref` operation for operation, so results are bit/byte
+//! identical to ggml's reference code.
+#![allow(clippy::needless_range_loop)]
+
+use crate::block::{impl_block_format, ByteReader, ByteWriter};
+use crate::float::{fp16_to_f32, scale_to_fp16, FieldOverflow};
+use crate::GgmlType;
+
+/// Weights per legacy block.
+pub const QK: usize = 32;
+
+/// x86 C semantics of a float -> int conversion (`cvttss2si`): truncation
+/// toward zero; NaN and out-of-range values give `i32::MIN`.
+#[inline]
+pub(crate) fn c_f32_to_i32(v: f32) -> i32 {
+    if v.is_nan() || !(-2_147_483_648.0..2_147_483_648.0).contains(&v) {
+        i32::MIN
+    } else {
+        v as i32
+    }
+}
+
+/// C `(int8_t)f` as compiled for x86 (truncate to int32, keep the low byte).
+#[inline]
+fn c_f32_to_i8(v: f32) -> i8 {
+    c_f32_to_i32(v) as i8
+}
+
+/// C `(uint8_t)f` as compiled for x86 (truncate to int32, keep the low byte).
+#[inline]
+fn c_f32_to_u8(v: f32) -> u8 {
+    c_f32_to_i32(v) as u8
+}
+
+/// Absolute max and the signed value having it, with ggml's `amax < fabsf(v)` update rule.
+#[inline]
+fn signed_absmax(x: &[f32; QK]) -> f32 {
+    let mut amax = 0.0f32;
+    let mut max = 0.0f32;
+    for &v in x {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    max
+}
+
+/// Min and max with ggml's `FLT_MAX` / `-FLT_MAX` start and strict updates.
+#[inline]
+fn min_max(x: &[f32; QK]) -> (f32, f32) {
+    let mut min = f32::MAX;
+    let mut max = -f32::MAX;
+    for &v in x {
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+    }
+    (min, max)
+}
+
+#[inline]
+fn inverse_or_zero(d: f32) -> f32 {
+    if d != 0.0 {
+        1.0 / d
+    } else {
+        0.0
+    }
+}
+
+// ---------------------------------------------------------------- Q4_0
+
+/// `block_q4_0`: fp16 scale, 32 4-bit quants (offset 8).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQ4_0 {
+    /// Scale (fp16, little-endian).
+    pub d: [u8; 2],
+    /// Nibbles: low = weight j, high = weight j + 16.
+    pub qs: [u8; QK / 2],
+}
+
+impl BlockQ4_0 {
+    fn from_bytes(b: &[u8; 18]) -> Self {
+        let mut r = ByteReader::new(b);
+        Self {
+            d: r.take(),
+            qs: r.take(),
+        }
+    }
+
+    fn to_bytes(self) -> [u8; 18] {
+        let mut out = [0u8; 18];
+        let mut w = ByteWriter::new(&mut out);
+        w.put(&self.d);
+        w.put(&self.qs);
+        out
+    }
+
+    fn dequantize(&self, y: &mut [f32; QK]) {
+        let d = fp16_to_f32(self.d);
+        for j in 0..QK / 2 {
+            let x0 = (self.qs[j] & 0x0F) as i32 - 8;
+            let x1 = (self.qs[j] >> 4) as i32 - 8;
+            y[j] = x0 as f32 * d;
+            y[j + QK / 2] = x1 as f32 * d;
+        }
+    }
+
+    fn quantize(x: &[f32; QK]) -> Result<Self, FieldOverflow> {
+        let max = signed_absmax(x);
+        let d = max / -8.0;
+        let id = inverse_or_zero(d);
+        let mut qs = [0u8; QK / 2];
+        for j in 0..QK / 2 {
+            let x0 = x[j] * id;
+            let x1 = x[QK / 2 + j] * id;
+            let xi0 = c_f32_to_i8(x0 + 8.5).min(15) as u8;
+            let xi1 = c_f32_to_i8(x1 + 8.5).min(15) as u8;
+            qs[j] = xi0 | (xi1 << 4);
+        }
+        Ok(Self {
+            d: scale_to_fp16(d, "d")?,
+            qs,
+        })
+    }
+}
+
+/// Marker for the Q4_0 format.
+#[derive(Debug, Clone, Copy)]
+pub struct Q4_0;
+impl_block_format!(Q4_0, BlockQ4_0, GgmlType::Q4_0, QK, 18);
+
+// ---------------------------------------------------------------- Q4_1
+
+/// `block_q4_1`: fp16 scale and min, 32 4-bit quants.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQ4_1 {
+    /// Scale (fp16, little-endian).
+    pub d: [u8; 2],
+    /// Min (fp16, little-endian).
+    pub m: [u8; 2],
+    /// Nibbles: low = weight j, high = weight j + 16.
+    pub qs: [u8; QK / 2],
+}
+
+impl BlockQ4_1 {
+    fn from_bytes(b: &[u8; 20]) -> Self {
+        let mut r = ByteReader::new(b);
+        Self {
+            d: r.take(),
+            m: r.take(),
+            qs: r.take(),
+        }
+    }
+
+    fn to_bytes(self) -> [u8; 20] {
+        let mut out = [0u8; 20];
+        let mut w = ByteWriter::new(&mut out);
+        w.put(&self.d);
+        w.put(&self.m);
+        w.put(&self.qs);
+        out
+    }
+
+    fn dequantize(&self, y: &mut [f32; QK]) {
+        let d = fp16_to_f32(self.d);
+        let m = fp16_to_f32(self.m);
+        for j in 0..QK / 2 {
+            let x0 = (self.qs[j] & 0x0F) as i32;
+            let x1 = (self.qs[j] >> 4) as i32;
+            y[j] = x0 as f32 * d + m;
+            y[j + QK / 2] = x1 as f32 * d + m;
+        }
+    }
+
+    fn quantize(x: &[f32; QK]) -> Result<Self, FieldOverflow> {
+        let (min, max) = min_max(x);
+        let d = (max - min) / 15.0;
+        let id = inverse_or_zero(d);
+        let mut qs = [0u8; QK / 2];
+        for j in 0..QK / 2 {
+            let x0 = (x[j] - min) * id;
+            let x1 = (x[QK / 2 + j] - min) * id;
+            let xi0 = c_f32_to_i8(x0 + 0.5).min(15) as u8;
+            let xi1 = c_f32_to_i8(x1 + 0.5).min(15) as u8;
+            qs[j] = xi0 | (xi1 << 4);
+        }
+        Ok(Self {
+            d: scale_to_fp16(d, "d")?,
+            m: scale_to_fp16(min, "m")?,
+            qs,
+        })
+    }
+}
+
+/// Marker for the Q4_1 format.
+#[derive(Debug, Clone, Copy)]
+pub struct Q4_1;
+impl_block_format!(Q4_1, BlockQ4_1, GgmlType::Q4_1, QK, 20);
+
+// ---------------------------------------------------------------- Q5_0
+
+/// `block_q5_0`: fp16 scale, 32 high bits, 32 low nibbles (offset 16).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQ5_0 {
+    /// Scale (fp16, little-endian).
+    pub d: [u8; 2],
+    /// Fifth bits, a little-endian u32: bit j = weight j.
+    pub qh: [u8; 4],
+    /// Low nibbles: low = weight j, high = weight j + 16.
+    pub qs: [u8; QK / 2],
+}
+
+impl BlockQ5_0 {
+    fn from_bytes(b: &[u8; 22]) -> Self {
+        let mut r = ByteReader::new(b);
+        Self {
+            d: r.take(),
+            qh: r.take(),
+            qs: r.take(),
+        }
+    }
+
+    fn to_bytes(self) -> [u8; 22] {
+        let mut out = [0u8; 22];
+        let mut w = ByteWriter::new(&mut out);
+        w.put(&self.d);
+        w.put(&self.qh);
+        w.put(&self.qs);
+        out
+    }
+
+    fn dequantize(&self, y: &mut [f32; QK]) {
+        let d = fp16_to_f32(self.d);
+        let qh = u32::from_le_bytes(self.qh);
+        for j in 0..QK / 2 {
+            let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
+            let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
+            let x0 = ((self.qs[j] & 0x0F) | xh_0) as i32 - 16;
+            let x1 = ((self.qs[j] >> 4) | xh_1) as i32 - 16;
+            y[j] = x0 as f32 * d;
+            y[j + QK / 2] = x1 as f32 * d;
+        }
+    }
+
+    fn quantize(x: &[f32; QK]) -> Result<Self, FieldOverflow> {
+        let max = signed_absmax(x);
+        let d = max / -16.0;
+        let id = inverse_or_zero(d);
+        let mut qs = [0u8; QK / 2];
+        let mut qh = 0u32;
+        for j in 0..QK / 2 {
+            let x0 = x[j] * id;
+            let x1 = x[QK / 2 + j] * id;
+            let xi0 = c_f32_to_i8(x0 + 16.5).min(31) as u8;
+            let xi1 = c_f32_to_i8(x1 + 16.5).min(31) as u8;
+            qs[j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4);
+            qh |= (((xi0 & 0x10) as u32) >> 4) << j;
+            qh |= (((xi1 & 0x10) as u32) >> 4) << (j + QK / 2);
+        }
+        Ok(Self {
+            d: scale_to_fp16(d, "d")?,
+            qh: qh.to_le_bytes(),
+            qs,
+        })
+    }
+}
+
+/// Marker for the Q5_0 format.
+#[derive(Debug, Clone, Copy)]
+pub struct Q5_0;
+impl_block_format!(Q5_0, BlockQ5_0, GgmlType::Q5_0, QK, 22);
+
+// ---------------------------------------------------------------- Q5_1
+
+/// `block_q5_1`: fp16 scale and min, 32 high bits, 32 low nibbles.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQ5_1 {
+    /// Scale (fp16, little-endian).
+    pub d: [u8; 2],
+    /// Min (fp16, little-endian).
+    pub m: [u8; 2],
+    /// Fifth bits, a little-endian u32: bit j = weight j.
+    pub qh: [u8; 4],
+    /// Low nibbles: low = weight j, high = weight j + 16.
+    pub qs: [u8; QK / 2],
+}
+
+impl BlockQ5_1 {
+    fn from_bytes(b: &[u8; 24]) -> Self {
+        let mut r = ByteReader::new(b);
+        Self {
+            d: r.take(),
+            m: r.take(),
+            qh: r.take(),
+            qs: r.take(),
+        }
+    }
+
+    fn to_bytes(self) -> [u8; 24] {
+        let mut out = [0u8; 24];
+        let mut w = ByteWriter::new(&mut out);
+        w.put(&self.d);
+        w.put(&self.m);
+        w.put(&self.qh);
+        w.put(&self.qs);
+        out
+    }
+
+    fn dequantize(&self, y: &mut [f32; QK]) {
+        let d = fp16_to_f32(self.d);
+        let m = fp16_to_f32(self.m);
+        let qh = u32::from_le_bytes(self.qh);
+        for j in 0..QK / 2 {
+            let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
+            let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
+            let x0 = ((self.qs[j] & 0x0F) | xh_0) as i32;
+            let x1 = ((self.qs[j] >> 4) | xh_1) as i32;
+            y[j] = x0 as f32 * d + m;
+            y[j + QK / 2] = x1 as f32 * d + m;
+        }
+    }
+
+    fn quantize(x: &[f32; QK]) -> Result<Self, FieldOverflow> {
+        let (min, max) = min_max(x);
+        let d = (max - min) / 31.0;
+        let id = inverse_or_zero(d);
+        let mut qs = [0u8; QK / 2];
+        let mut qh = 0u32;
+        for j in 0..QK / 2 {
+            let x0 = (x[j] - min) * id;
+            let x1 = (x[QK / 2 + j] - min) * id;
+            let xi0 = c_f32_to_u8(x0 + 0.5);
+            let xi1 = c_f32_to_u8(x1 + 0.5);
+            qs[j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4);
+            qh |= (((xi0 & 0x10) as u32) >> 4) << j;
+            qh |= (((xi1 & 0x10) as u32) >> 4) << (j + QK / 2);
+        }
+        Ok(Self {
+            d: scale_to_fp16(d, "d")?,
+            m: scale_to_fp16(min, "m")?,
+            qh: qh.to_le_bytes(),
+            qs,
+        })
+    }
+}
+
+/// Marker for the Q5_1 format.
+#[derive(Debug, Clone, Copy)]
+pub struct Q5_1;
+impl_block_format!(Q5_1, BlockQ5_1, GgmlType::Q5_1, QK, 24);
+
+// ---------------------------------------------------------------- Q8_0
+
+/// `block_q8_0`: fp16 scale, 32 signed 8-bit quants.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQ8_0 {
+    /// Scale (fp16, little-endian).
+    pub d: [u8; 2],
+    /// Quants.
+    pub qs: [i8; QK],
+}
+
+impl BlockQ8_0 {
+    fn from_bytes(b: &[u8; 34]) -> Self {
+        let mut r = ByteReader::new(b);
+        Self {
+            d: r.take(),
+            qs: r.take_i8(),
+        }
+    }
+
+    fn to_bytes(self) -> [u8; 34] {
+        let mut out = [0u8; 34];
+        let mut w = ByteWriter::new(&mut out);
+        w.put(&self.d);
+        w.put_i8(&self.qs);
+        out
+    }
+
+    fn dequantize(&self, y: &mut [f32; QK]) {
+        let d = fp16_to_f32(self.d);
+        for j in 0..QK {
+            y[j] = self.qs[j] as f32 * d;
+        }
+    }
+
+    fn quantize(x: &[f32; QK]) -> Result<Self, FieldOverflow> {
+        let mut amax = 0.0f32;
+        for &v in x {
+            // ggml: MAX(amax, fabsf(v)) = amax > |v| ? amax : |v|
+            amax = if amax > v.abs() { amax } else { v.abs() };
+        }
+        let d = amax / 127.0;
+        let id = inverse_or_zero(d);
+        let mut qs = [0i8; QK];
+        for j in 0..QK {
+            qs[j] = c_f32_to_i8((x[j] * id).round());
+        }
+        Ok(Self {
+            d: scale_to_fp16(d, "d")?,
+            qs,
+        })
+    }
+}
+
+/// Marker for the Q8_0 format.
+#[derive(Debug, Clone, Copy)]
+pub struct Q8_0;
+impl_block_format!(Q8_0, BlockQ8_0, GgmlType::Q8_0, QK, 34);

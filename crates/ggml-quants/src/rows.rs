@@ -1,0 +1,234 @@
+//! Whole-row entry points: argument validation and dispatch by [`GgmlType`].
+
+use crate::block::{BlockFormat, EncodeError};
+use crate::dtype::{apply_dtype, MaterializeStats, TorchDtype};
+use crate::error::{Op, QuantError};
+use crate::float::{bf16_to_f32, f32_to_bf16, f32_to_fp16, fp16_to_f32};
+use crate::k_quants::{Q4K, Q5K, Q6K};
+use crate::legacy::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use crate::GgmlType;
+
+/// True when [`dequantize_rows`] implements `ty`.
+pub fn supports_decode(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(
+        ty,
+        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K
+    )
+}
+
+/// True when [`quantize_rows`] implements `ty`.
+pub fn supports_encode(ty: GgmlType) -> bool {
+    // Every decodable type is also encodable (ggml's reference quantizers).
+    supports_decode(ty)
+}
+
+/// Bytes of one row of `ncols` weights of `ty`, or why that is not a valid row.
+pub fn row_bytes(ty: GgmlType, ncols: usize) -> Result<usize, QuantError> {
+    let block_size = ty.block_size();
+    if ncols == 0 || ncols % block_size != 0 {
+        return Err(QuantError::BadRowWidth {
+            ty,
+            ncols,
+            block_size,
+        });
+    }
+    (ncols / block_size)
+        .checked_mul(ty.type_size())
+        .ok_or(QuantError::SizeOverflow { ty, ncols, rows: 1 })
+}
+
+/// Checks the geometry of a call: `values` f32 on one side, `bytes` on the
+/// other. Returns the number of rows.
+fn check_geometry(
+    ty: GgmlType,
+    ncols: usize,
+    values: usize,
+    bytes: usize,
+) -> Result<usize, QuantError> {
+    let rb = row_bytes(ty, ncols)?;
+    if values % ncols != 0 {
+        return Err(QuantError::PartialRow {
+            ty,
+            ncols,
+            len: values,
+        });
+    }
+    let rows = values / ncols;
+    let expected = rows
+        .checked_mul(rb)
+        .ok_or(QuantError::SizeOverflow { ty, ncols, rows })?;
+    if bytes != expected {
+        return Err(QuantError::ByteLength {
+            ty,
+            ncols,
+            rows,
+            row_bytes: rb,
+            expected,
+            actual: bytes,
+        });
+    }
+    Ok(rows)
+}
+
+/// Dequantizes (or converts) whole rows: `src` holds exactly
+/// `out.len() / ncols` rows of type `ty`, each `ncols` weights wide.
+///
+/// Bit-identical to ggml's `dequantize_row_*` (and exact for F16/BF16/F32).
+pub fn dequantize_rows(
+    ty: GgmlType,
+    src: &[u8],
+    ncols: usize,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    if !supports_decode(ty) {
+        return Err(QuantError::Unsupported { ty, op: Op::Decode });
+    }
+    check_geometry(ty, ncols, out.len(), src.len())?;
+    match ty {
+        GgmlType::F32 => {
+            for (o, b) in out.iter_mut().zip(src.chunks_exact(4)) {
+                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+            Ok(())
+        }
+        GgmlType::F16 => {
+            for (o, b) in out.iter_mut().zip(src.chunks_exact(2)) {
+                *o = fp16_to_f32([b[0], b[1]]);
+            }
+            Ok(())
+        }
+        GgmlType::BF16 => {
+            for (o, b) in out.iter_mut().zip(src.chunks_exact(2)) {
+                *o = bf16_to_f32([b[0], b[1]]);
+            }
+            Ok(())
+        }
+        GgmlType::Q4_0 => decode_blocks::<Q4_0>(src, out),
+        GgmlType::Q4_1 => decode_blocks::<Q4_1>(src, out),
+        GgmlType::Q5_0 => decode_blocks::<Q5_0>(src, out),
+        GgmlType::Q5_1 => decode_blocks::<Q5_1>(src, out),
+        GgmlType::Q8_0 => decode_blocks::<Q8_0>(src, out),
+        GgmlType::Q4_K => decode_blocks::<Q4K>(src, out),
+        GgmlType::Q5_K => decode_blocks::<Q5K>(src, out),
+        GgmlType::Q6_K => decode_blocks::<Q6K>(src, out),
+        _ => Err(QuantError::Unsupported { ty, op: Op::Decode }),
+    }
+}
+
+fn decode_blocks<F: BlockFormat>(src: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    for (bytes, values) in src.chunks_exact(F::BYTES).zip(out.chunks_exact_mut(F::QK)) {
+        let block = F::read(bytes)?;
+        F::decode(&block, values)?;
+    }
+    Ok(())
+}
+
+/// Quantizes (or converts) whole rows of f32 to `ty`: `src` holds whole rows
+/// of `ncols` weights, `dst` exactly their bytes.
+///
+/// Byte-identical to ggml's `quantize_row_*_ref` (what llama-quantize writes
+/// without an importance matrix), except that this function fails where ggml
+/// would silently write garbage:
+/// - [`QuantError::NonFiniteInput`] for a NaN/inf input to a block format;
+/// - [`QuantError::ScaleOverflow`] for a block scale/min beyond fp16;
+/// - [`QuantError::F16Overflow`] for a finite value that F16 would turn into inf.
+///
+/// F32 copies, BF16 rounds to nearest even; NaN and inf pass through both
+/// and F16. On error `dst` may be partly written.
+pub fn quantize_rows(
+    ty: GgmlType,
+    src: &[f32],
+    ncols: usize,
+    dst: &mut [u8],
+) -> Result<(), QuantError> {
+    if !supports_encode(ty) {
+        return Err(QuantError::Unsupported { ty, op: Op::Encode });
+    }
+    check_geometry(ty, ncols, src.len(), dst.len())?;
+    match ty {
+        GgmlType::F32 => {
+            for (v, b) in src.iter().zip(dst.chunks_exact_mut(4)) {
+                b.copy_from_slice(&v.to_le_bytes());
+            }
+            Ok(())
+        }
+        GgmlType::F16 => {
+            for (index, (v, b)) in src.iter().zip(dst.chunks_exact_mut(2)).enumerate() {
+                let h = f32_to_fp16(*v);
+                if v.is_finite() && !half::f16::from_le_bytes(h).is_finite() {
+                    return Err(QuantError::F16Overflow { index, value: *v });
+                }
+                b.copy_from_slice(&h);
+            }
+            Ok(())
+        }
+        GgmlType::BF16 => {
+            for (v, b) in src.iter().zip(dst.chunks_exact_mut(2)) {
+                b.copy_from_slice(&f32_to_bf16(*v));
+            }
+            Ok(())
+        }
+        GgmlType::Q4_0 => encode_blocks::<Q4_0>(src, ncols, dst),
+        GgmlType::Q4_1 => encode_blocks::<Q4_1>(src, ncols, dst),
+        GgmlType::Q5_0 => encode_blocks::<Q5_0>(src, ncols, dst),
+        GgmlType::Q5_1 => encode_blocks::<Q5_1>(src, ncols, dst),
+        GgmlType::Q8_0 => encode_blocks::<Q8_0>(src, ncols, dst),
+        GgmlType::Q4_K => encode_blocks::<Q4K>(src, ncols, dst),
+        GgmlType::Q5_K => encode_blocks::<Q5K>(src, ncols, dst),
+        GgmlType::Q6_K => encode_blocks::<Q6K>(src, ncols, dst),
+        _ => Err(QuantError::Unsupported { ty, op: Op::Encode }),
+    }
+}
+
+fn encode_blocks<F: BlockFormat>(
+    src: &[f32],
+    ncols: usize,
+    dst: &mut [u8],
+) -> Result<(), QuantError> {
+    if let Some(index) = src.iter().position(|v| !v.is_finite()) {
+        return Err(QuantError::NonFiniteInput {
+            ty: F::TYPE,
+            index,
+            value: src[index],
+        });
+    }
+    let blocks_per_row = ncols / F::QK;
+    for (block, (values, bytes)) in src
+        .chunks_exact(F::QK)
+        .zip(dst.chunks_exact_mut(F::BYTES))
+        .enumerate()
+    {
+        let encoded = F::encode(values).map_err(|e| match e {
+            EncodeError::Overflow(o) => QuantError::ScaleOverflow {
+                ty: F::TYPE,
+                block,
+                row: block / blocks_per_row.max(1),
+                block_in_row: block % blocks_per_row.max(1),
+                field: o.field,
+                value: o.value,
+            },
+            EncodeError::Length(e) => e,
+        })?;
+        F::write(&encoded, bytes)?;
+    }
+    Ok(())
+}
+
+/// Materializes rows as f32 under a dtype policy: dequantizes (any type of
+/// [`supports_decode`]) into `out`, then passes every value through `dtype`
+/// (see [`TorchDtype`] and [`apply_dtype`]).
+///
+/// With [`TorchDtype::Float16`], finite values whose fp16 rounding is +-inf
+/// are left as their f32 value and counted in the returned stats (indices
+/// relative to `out`; use [`MaterializeStats::merge`] across row chunks).
+pub fn materialize_rows(
+    ty: GgmlType,
+    src: &[u8],
+    ncols: usize,
+    dtype: TorchDtype,
+    out: &mut [f32],
+) -> Result<MaterializeStats, QuantError> {
+    dequantize_rows(ty, src, ncols, out)?;
+    Ok(apply_dtype(dtype, out))
+}
