@@ -1,0 +1,106 @@
+//! Writing container files: temporary name, then rename.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::format::{Header, Layout};
+
+/// A file written under a temporary name in the destination folder and
+/// renamed into place by [`AtomicFile::commit`]. Dropped without commit, the
+/// temporary file is removed, so a failed conversion leaves nothing behind.
+#[derive(Debug)]
+pub struct AtomicFile {
+    tmp: PathBuf,
+    dest: PathBuf,
+    file: Option<BufWriter<File>>,
+}
+
+impl AtomicFile {
+    /// Create `.<name>.partial` beside `dest`.
+    pub fn create(dest: &Path) -> io::Result<Self> {
+        let name = dest.file_name().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "destination has no file name")
+        })?;
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(".partial");
+        let tmp = dest.with_file_name(tmp_name);
+        let file = File::create(&tmp)?;
+        Ok(AtomicFile {
+            tmp,
+            dest: dest.to_path_buf(),
+            file: Some(BufWriter::with_capacity(1 << 20, file)),
+        })
+    }
+
+    /// Flush, sync and rename into place.
+    pub fn commit(mut self) -> io::Result<()> {
+        if let Some(w) = self.file.take() {
+            let f = w.into_inner().map_err(|e| e.into_error())?;
+            f.sync_all()?;
+            drop(f);
+            std::fs::rename(&self.tmp, &self.dest)?;
+        }
+        Ok(())
+    }
+
+    /// The final path.
+    pub fn dest(&self) -> &Path {
+        &self.dest
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &mut self.file {
+            Some(f) => f.write(buf),
+            None => Err(io::Error::other("file already committed")),
+        }
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match &mut self.file {
+            Some(f) => f.write_all(buf),
+            None => Err(io::Error::other("file already committed")),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.file {
+            Some(f) => f.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Everything of a file before its data region: header, zero padding,
+/// scales, zero padding. Write this, then exactly `header.data_bytes` bytes
+/// of data. `scales.len()` must equal `header.scales_bytes`.
+pub fn prefix(header: &Header, scales: &[u8]) -> io::Result<Vec<u8>> {
+    if scales.len() as u64 != header.scales_bytes {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "scales blob is {} bytes, header says {}",
+                scales.len(),
+                header.scales_bytes
+            ),
+        ));
+    }
+    let layout = Layout::of(header)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "header regions overflow"))?;
+    let mut out = header.to_bytes();
+    out.resize(layout.scales_offset as usize, 0);
+    out.extend_from_slice(scales);
+    out.resize(layout.data_offset as usize, 0);
+    Ok(out)
+}
