@@ -22,6 +22,9 @@ pub mod legacy;
 mod rows;
 pub mod types;
 
+#[cfg(test)]
+mod tests;
+
 pub use block::{BlockFormat, EncodeError};
 pub use dtype::{apply_dtype, F16OverflowAt, MaterializeStats, ParseDtypeError, TorchDtype};
 pub use error::{Op, QuantError};
