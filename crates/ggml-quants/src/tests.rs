@@ -248,7 +248,7 @@ fn bad_widths_and_lengths_are_errors() {
         assert!(matches!(err, QuantError::BadRowWidth { .. }), "{err}");
     }
     // out not a whole number of rows.
-    let err = dequantize_rows(GgmlType::Q8_0, &[0; 34], 32, &mut vec![0.0; 33]).unwrap_err();
+    let err = dequantize_rows(GgmlType::Q8_0, &[0; 34], 32, &mut [0.0; 33]).unwrap_err();
     assert_eq!(
         err,
         QuantError::PartialRow {
