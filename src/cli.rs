@@ -1,0 +1,165 @@
+//! Command-line arguments (clap derive). Validation only; no I/O here.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Convert LLM weights (GGUF, safetensors, Hugging Face folders) into
+/// kernel-ready `.weights` files: CQ4 packed panels, row-interleaved ggml
+/// sidecars, or plain FP16/FP32.
+///
+/// Typical use in a build pipeline:
+///
+///   convert --bits 4 --torch-dtype bf16 model.gguf out/
+///
+///   convert inspect out/blk.0.attn_q.weight.cq4p.weights
+///
+/// Exit codes: 0 success, 2 bad input (malformed or unsupported model,
+/// bad arguments, values that do not fit the requested dtype), 1 internal
+/// failure (I/O errors, bugs).
+#[derive(Debug, Parser)]
+#[command(
+    name = "convert",
+    version,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub convert: ConvertArgs,
+}
+
+/// Subcommands besides the default conversion.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show the header, flags and region layout of a `.weights` file, or the
+    /// table of files of an output folder (from its manifest.json).
+    Inspect(InspectArgs),
+}
+
+/// `convert inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// A `.weights` file or an output folder.
+    pub path: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The dtype source weights are materialized in before any conversion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DtypeArg {
+    /// Exact: values pass unchanged.
+    #[value(name = "float32", alias = "f32")]
+    Float32,
+    /// Round every value to bfloat16 (nearest, ties to even). Safe for
+    /// checkpoints with values beyond the fp16 range (Gemma).
+    #[value(name = "bfloat16", alias = "bf16")]
+    BFloat16,
+    /// Round every value to float16; fails (exit 2) naming the tensor when
+    /// any value is beyond the fp16 range instead of writing inf.
+    #[value(name = "float16", alias = "f16")]
+    Float16,
+}
+
+impl From<DtypeArg> for ggml_quants::TorchDtype {
+    fn from(d: DtypeArg) -> Self {
+        match d {
+            DtypeArg::Float32 => ggml_quants::TorchDtype::Float32,
+            DtypeArg::BFloat16 => ggml_quants::TorchDtype::BFloat16,
+            DtypeArg::Float16 => ggml_quants::TorchDtype::Float16,
+        }
+    }
+}
+
+/// Arguments of the conversion (the default command).
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// The model: a .gguf file, a .safetensors file, or a Hugging Face
+    /// folder (config.json + model.safetensors or a sharded index).
+    #[arg(required = true)]
+    pub input: Option<PathBuf>,
+
+    /// The output folder (created if missing; must be empty unless --force).
+    #[arg(required = true)]
+    pub output: Option<PathBuf>,
+
+    /// Dtype the source weights are materialized in (float32|bfloat16|float16,
+    /// aliases f32|bf16|f16).
+    #[arg(long, value_enum, default_value = "float32")]
+    pub torch_dtype: DtypeArg,
+
+    /// Worker threads (default: all cores). Output bytes never depend on it.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+
+    /// Write into a non-empty output folder, replacing an earlier bundle.
+    #[arg(long)]
+    pub force: bool,
+
+    /// No plan, no progress bar; errors still go to stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+
+    /// Print a JSON summary on stdout when done.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn dtype_aliases() {
+        for (s, want) in [
+            ("f32", DtypeArg::Float32),
+            ("float32", DtypeArg::Float32),
+            ("bf16", DtypeArg::BFloat16),
+            ("bfloat16", DtypeArg::BFloat16),
+            ("f16", DtypeArg::Float16),
+            ("float16", DtypeArg::Float16),
+        ] {
+            let c = Cli::try_parse_from(["convert", "--torch-dtype", s, "a", "b"]).unwrap();
+            assert_eq!(c.convert.torch_dtype, want);
+        }
+        assert!(Cli::try_parse_from(["convert", "--torch-dtype", "int8", "a", "b"]).is_err());
+    }
+
+    #[test]
+    fn inspect_subcommand() {
+        let c = Cli::try_parse_from(["convert", "inspect", "x.weights", "--json"]).unwrap();
+        assert!(matches!(
+            c.command,
+            Some(Command::Inspect(InspectArgs { json: true, .. }))
+        ));
+        assert!(Cli::try_parse_from(["convert", "only-one"]).is_err());
+    }
+
+    #[test]
+    fn threads_and_flags() {
+        let c = Cli::try_parse_from([
+            "convert",
+            "--threads",
+            "1",
+            "--force",
+            "-q",
+            "--json",
+            "a",
+            "b",
+        ])
+        .unwrap();
+        assert_eq!(c.convert.threads, Some(1));
+        assert!(c.convert.force && c.convert.quiet && c.convert.json);
+    }
+}

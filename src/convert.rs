@@ -1,0 +1,501 @@
+//! The conversion: catalogue -> plan -> per-tensor jobs -> files + manifest.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use ggml_quants::{GgmlType, TorchDtype};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use model_sources::{Catalogue, SourceKind, Tensor};
+use rayon::prelude::*;
+use weights_file::{Header, Precision};
+
+use crate::cli::ConvertArgs;
+use crate::failure::bad_input;
+use crate::manifest::{self, Entry, ExtraFile, Manifest, Source, SourceFile, Tool};
+use crate::output::{self, HashedFile, NameAllocator, Written};
+
+/// Rows are materialized in chunks of about this many f32 bytes.
+const CHUNK_BYTES: u64 = 16 << 20;
+
+/// What happens to one tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Plain row-major FP16 (FP32 when a value does not fit fp16).
+    Plain,
+}
+
+impl Action {
+    fn describe(self) -> &'static str {
+        match self {
+            Action::Plain => "plain FP16 (FP32 if out of fp16 range)",
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            Action::Plain => ".weights",
+        }
+    }
+}
+
+/// One planned job.
+pub struct Job<'c> {
+    tensor: &'c Tensor,
+    action: Action,
+    file: String,
+}
+
+/// Options resolved from the arguments.
+pub struct Options {
+    pub dtype: TorchDtype,
+}
+
+impl Options {
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({ "mode": "plain", "torch_dtype": self.dtype.name() })
+    }
+}
+
+pub fn run(args: &ConvertArgs) -> Result<()> {
+    let started = Instant::now();
+    let input = args.input.as_deref().expect("clap requires INPUT");
+    let out = args.output.as_deref().expect("clap requires OUTPUT");
+    let opts = Options {
+        dtype: args.torch_dtype.into(),
+    };
+    let threads = match args.threads {
+        Some(0) => return Err(bad_input("--threads must be at least 1")),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("cannot start worker threads")?;
+
+    let cat = Catalogue::open(input)?;
+    let jobs = plan(&cat)?;
+    if !args.quiet {
+        eprint!("{}", describe_plan(&cat, &jobs, &opts, out, threads));
+    }
+
+    let mut inputs: Vec<PathBuf> = cat.files.iter().map(|f| f.path().to_path_buf()).collect();
+    inputs.extend(cat.aux_files.iter().cloned());
+    let aux_names: Vec<String> = cat
+        .aux_files
+        .iter()
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    let created = !out.exists();
+    output::prepare_dir(out, &inputs, args.force, &aux_names)?;
+
+    let written: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    let result = pool.install(|| convert_all(&cat, &jobs, &opts, out, args, &written));
+    match result {
+        Ok(manifest) => {
+            if args.json {
+                let total: u64 = manifest
+                    .tensors
+                    .iter()
+                    .filter(|e| e.file.is_some())
+                    .map(|e| e.bytes)
+                    .sum();
+                let summary = serde_json::json!({
+                    "output": out.display().to_string(),
+                    "tensors": manifest.tensors.len(),
+                    "files": manifest.tensors.iter().filter(|e| e.file.is_some()).count() + manifest.extra_files.len() + 1,
+                    "tensor_bytes": total,
+                    "seconds": started.elapsed().as_secs_f64(),
+                });
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else if !args.quiet {
+                eprintln!(
+                    "done: {} tensors, {} files in {} ({:.2} s)",
+                    manifest.tensors.len(),
+                    manifest.tensors.iter().filter(|e| e.file.is_some()).count(),
+                    out.display(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            Ok(())
+        }
+        Err(e) => {
+            // Leave nothing half-done behind: remove what this run wrote.
+            for p in written.into_inner().unwrap_or_default() {
+                let _ = std::fs::remove_file(p);
+            }
+            if created {
+                let _ = std::fs::remove_dir(out);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Decide what happens to every tensor and name its file.
+fn plan(cat: &Catalogue) -> Result<Vec<Job<'_>>> {
+    let mut names = NameAllocator::default();
+    names.reserve(output::MANIFEST);
+    names.reserve(output::GGUF_METADATA);
+    for p in &cat.aux_files {
+        if let Some(n) = p.file_name() {
+            names.reserve(&n.to_string_lossy());
+        }
+    }
+    let mut jobs = Vec::with_capacity(cat.tensors.len());
+    for t in &cat.tensors {
+        let action = Action::Plain;
+        let file = names.allocate(&t.name, action.suffix());
+        jobs.push(Job {
+            tensor: t,
+            action,
+            file,
+        });
+    }
+    Ok(jobs)
+}
+
+fn human_bytes(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+fn kind_name(k: &SourceKind) -> String {
+    match k {
+        SourceKind::Gguf { version, alignment } => {
+            format!("GGUF v{version}, alignment {alignment}")
+        }
+        SourceKind::Safetensors => "safetensors".into(),
+        SourceKind::HfFolder => "Hugging Face folder".into(),
+    }
+}
+
+fn describe_plan(
+    cat: &Catalogue,
+    jobs: &[Job],
+    opts: &Options,
+    out: &Path,
+    threads: usize,
+) -> String {
+    let mut s = format!(
+        "convert {}: {} ({}{}, {} tensors, {}) -> {}\n  torch dtype: {}   threads: {}   tied embeddings: {}\n  plan:\n",
+        env!("CARGO_PKG_VERSION"),
+        cat.root.display(),
+        kind_name(&cat.kind),
+        cat.architecture.as_deref().map(|a| format!(", {a}")).unwrap_or_default(),
+        cat.tensors.len(),
+        human_bytes(cat.total_bytes()),
+        out.display(),
+        opts.dtype,
+        threads,
+        if cat.tied_embeddings { "yes" } else { "no" },
+    );
+    let mut groups: BTreeMap<&str, BTreeMap<&str, (usize, u64)>> = BTreeMap::new();
+    for j in jobs {
+        let e = groups
+            .entry(j.action.describe())
+            .or_default()
+            .entry(j.tensor.role.as_str())
+            .or_default();
+        e.0 += 1;
+        e.1 += j.tensor.n_bytes;
+    }
+    for (action, roles) in groups {
+        let n: usize = roles.values().map(|v| v.0).sum();
+        let b: u64 = roles.values().map(|v| v.1).sum();
+        let detail: Vec<String> = roles.iter().map(|(r, (c, _))| format!("{r} {c}")).collect();
+        s += &format!(
+            "    {n:>5} tensors  {:>10}  {action}  ({})\n",
+            human_bytes(b),
+            detail.join(", ")
+        );
+    }
+    s
+}
+
+fn progress(total: u64, quiet: bool) -> ProgressBar {
+    let pb = ProgressBar::with_draw_target(
+        Some(total),
+        if quiet {
+            ProgressDrawTarget::hidden()
+        } else {
+            ProgressDrawTarget::stderr()
+        },
+    );
+    pb.set_style(
+        ProgressStyle::with_template(
+            "  [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    pb
+}
+
+fn source_name(cat: &Catalogue, path: &Path) -> String {
+    match cat.kind {
+        SourceKind::HfFolder => path
+            .strip_prefix(&cat.root)
+            .unwrap_or(path)
+            .to_string_lossy()
+            .into_owned(),
+        _ => path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    }
+}
+
+fn convert_all(
+    cat: &Catalogue,
+    jobs: &[Job],
+    opts: &Options,
+    out: &Path,
+    args: &ConvertArgs,
+    written: &Mutex<Vec<PathBuf>>,
+) -> Result<Manifest> {
+    let pb = progress(cat.total_bytes(), args.quiet);
+    let track = |p: PathBuf| written.lock().map(|mut w| w.push(p)).ok();
+
+    let source_files: Vec<SourceFile> = cat
+        .files
+        .par_iter()
+        .map(|f| SourceFile {
+            name: source_name(cat, f.path()),
+            bytes: f.len(),
+            sha256: output::sha256(f.bytes()),
+        })
+        .collect();
+
+    let entries: Vec<Entry> = jobs
+        .par_iter()
+        .map(|job| {
+            let path = out.join(&job.file);
+            track(path.clone());
+            let entry = run_job(cat, job, opts, &path)?;
+            pb.inc(job.tensor.n_bytes);
+            Ok(entry)
+        })
+        .collect::<Result<_>>()?;
+    pb.finish_and_clear();
+
+    let mut extra = Vec::new();
+    if !cat.gguf_metadata.is_empty() {
+        let kv: Vec<serde_json::Value> = cat
+            .gguf_metadata
+            .iter()
+            .map(|(k, v)| serde_json::json!({ "key": k, "type": value_type_name(v), "value": v.to_json() }))
+            .collect();
+        let mut text = serde_json::to_string_pretty(&kv)?;
+        text.push('\n');
+        let path = out.join(output::GGUF_METADATA);
+        track(path.clone());
+        let w = output::write_small(&path, text.as_bytes())?;
+        extra.push(extra_file(
+            output::GGUF_METADATA,
+            "all GGUF key/values of the source",
+            w,
+        ));
+    }
+    for p in &cat.aux_files {
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let bytes = std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?;
+        let path = out.join(&name);
+        track(path.clone());
+        let w = output::write_small(&path, &bytes)?;
+        extra.push(extra_file(&name, "copied from the source folder", w));
+    }
+
+    let manifest = Manifest {
+        format: manifest::FORMAT.into(),
+        format_version: manifest::FORMAT_VERSION,
+        tool: Tool {
+            name: "convert".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        source: Source {
+            kind: match cat.kind {
+                SourceKind::Gguf { .. } => "gguf",
+                SourceKind::Safetensors => "safetensors",
+                SourceKind::HfFolder => "hf_folder",
+            }
+            .into(),
+            gguf_version: match cat.kind {
+                SourceKind::Gguf { version, .. } => Some(version),
+                _ => None,
+            },
+            architecture: cat.architecture.clone(),
+            tied_embeddings: cat.tied_embeddings,
+            files: source_files,
+        },
+        options: opts.to_json(),
+        tensors: entries,
+        extra_files: extra,
+    };
+    let path = out.join(output::MANIFEST);
+    track(path.clone());
+    output::write_small(&path, manifest.to_json().as_bytes())?;
+    Ok(manifest)
+}
+
+fn extra_file(name: &str, what: &str, w: Written) -> ExtraFile {
+    ExtraFile {
+        file: name.into(),
+        what: what.into(),
+        bytes: w.bytes,
+        sha256: w.sha256,
+    }
+}
+
+fn value_type_name(v: &model_sources::gguf::Value) -> String {
+    use model_sources::gguf::Value as V;
+    match v {
+        V::U8(_) => "UINT8".into(),
+        V::I8(_) => "INT8".into(),
+        V::U16(_) => "UINT16".into(),
+        V::I16(_) => "INT16".into(),
+        V::U32(_) => "UINT32".into(),
+        V::I32(_) => "INT32".into(),
+        V::F32(_) => "FLOAT32".into(),
+        V::Bool(_) => "BOOL".into(),
+        V::String(_) => "STRING".into(),
+        V::Array(t, _) => format!("ARRAY[{}]", t.name()),
+        V::U64(_) => "UINT64".into(),
+        V::I64(_) => "INT64".into(),
+        V::F64(_) => "FLOAT64".into(),
+    }
+}
+
+fn run_job(cat: &Catalogue, job: &Job, opts: &Options, path: &Path) -> Result<Entry> {
+    let t = job.tensor;
+    match job.action {
+        Action::Plain => write_plain(cat, t, opts.dtype, path, &job.file),
+    }
+}
+
+/// Rows per materialization chunk for a tensor.
+fn rows_per_chunk(t: &Tensor) -> usize {
+    let row = t.ncols().max(1) * 4;
+    (CHUNK_BYTES / row).max(1) as usize
+}
+
+/// Materialize a tensor chunk by chunk, calling `f(first_row, values)`.
+/// Fails naming the tensor when values overflow fp16 under `float16`.
+fn for_each_chunk(
+    cat: &Catalogue,
+    t: &Tensor,
+    dtype: TorchDtype,
+    mut f: impl FnMut(usize, &[f32]) -> Result<()>,
+) -> Result<()> {
+    let ncols = t.ncols() as usize;
+    let nrows = t.nrows() as usize;
+    let data = cat.data(t);
+    let row_bytes = if nrows == 0 { 0 } else { data.len() / nrows };
+    let per = rows_per_chunk(t);
+    let mut buf = vec![0f32; per.min(nrows.max(1)) * ncols];
+    let mut stats = ggml_quants::MaterializeStats::default();
+    let mut row = 0;
+    while row < nrows {
+        let n = per.min(nrows - row);
+        let out = &mut buf[..n * ncols];
+        let src = &data[row * row_bytes..(row + n) * row_bytes];
+        let s = ggml_quants::materialize_rows(t.dtype, src, ncols, dtype, out)
+            .with_context(|| format!("tensor '{}' in {}", t.name, cat.file_of(t).display()))?;
+        stats.merge(&s, (row * ncols) as u64);
+        if stats.is_clean() {
+            f(row, out)?;
+        }
+        row += n;
+    }
+    if let Some(first) = stats.first_f16_overflow {
+        return Err(bad_input(format!(
+            "tensor '{}' in {}: {} values are beyond the float16 range (first: {} at row {}, column {}); \
+             --torch-dtype float16 would turn them into inf: use --torch-dtype bfloat16 or float32",
+            t.name,
+            cat.file_of(t).display(),
+            stats.f16_overflows,
+            first.value,
+            first.index / ncols as u64,
+            first.index % ncols as u64,
+        )));
+    }
+    Ok(())
+}
+
+/// True when every value of `v` survives fp16 conversion without becoming inf.
+fn fits_fp16(v: &[f32]) -> bool {
+    v.iter().all(|x| !x.is_finite() || x.abs() < 65520.0)
+}
+
+fn write_plain(
+    cat: &Catalogue,
+    t: &Tensor,
+    dtype: TorchDtype,
+    path: &Path,
+    file: &str,
+) -> Result<Entry> {
+    // Pass 1: does everything fit fp16? (An fp16 source always does.)
+    let mut fp16 = true;
+    if t.dtype != GgmlType::F16 {
+        for_each_chunk(cat, t, dtype, |_, v| {
+            fp16 &= fits_fp16(v);
+            Ok(())
+        })?;
+    }
+    let precision = if fp16 {
+        Precision::Fp16
+    } else {
+        Precision::Fp32
+    };
+    let es = if fp16 { 2 } else { 4 };
+    let shape: Vec<u64> = if t.shape.is_empty() {
+        vec![1]
+    } else {
+        t.shape.clone()
+    };
+    let header = Header::plain(precision, &shape, t.n_elements() * es);
+    let mut w = HashedFile::create(path)?;
+    w.write_all(&weights_file::write::prefix(&header, &[])?)?;
+    let mut bytes = Vec::new();
+    for_each_chunk(cat, t, dtype, |_, v| {
+        bytes.clear();
+        if fp16 {
+            bytes.extend(v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()));
+        } else {
+            bytes.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+        }
+        w.write_all(&bytes)
+            .with_context(|| format!("cannot write {}", path.display()))
+    })?;
+    let done = w.commit()?;
+    Ok(Entry {
+        tensor: t.name.clone(),
+        role: t.role.as_str().into(),
+        shape: t.shape.clone(),
+        source_dtype: t.dtype.to_string(),
+        file: Some(file.into()),
+        precision: precision.name(),
+        layout: "row_major".into(),
+        bytes: done.bytes,
+        sha256: done.sha256,
+        source_file: None,
+        details: None,
+    })
+}

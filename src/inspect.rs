@@ -1,0 +1,199 @@
+//! `convert inspect`: headers, flags and region layout of `.weights` files,
+//! or the file table of a bundle.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use weights_file::{flags, WeightsFile};
+
+use crate::cli::InspectArgs;
+use crate::failure::bad_input;
+use crate::manifest::Manifest;
+
+pub fn run(args: &InspectArgs) -> Result<()> {
+    let text = if args.path.is_dir() {
+        inspect_dir(&args.path, args.json)?
+    } else {
+        inspect_file(&args.path, args.json)?
+    };
+    print!("{text}");
+    Ok(())
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// The JSON description of one file.
+pub fn describe_file_json(name: &str, bytes: &[u8]) -> Result<serde_json::Value> {
+    let f =
+        WeightsFile::parse(bytes).with_context(|| format!("{name}: not a valid .weights file"))?;
+    let h = f.header();
+    let l = f.layout;
+    let precision = h.precision().map(|p| p.name()).unwrap_or_default();
+    Ok(serde_json::json!({
+        "file": name,
+        "file_bytes": bytes.len(),
+        "header": {
+            "magic": "CACT",
+            "flags": h.flags,
+            "flag_names": flags::names(h.flags),
+            "alignment": h.alignment,
+            "ndim": h.ndim,
+            "dims": &h.dims[..if h.flags & flags::EXTENDED_SHAPE != 0 { 8 } else { 4 }],
+            "precision": h.precision,
+            "precision_name": precision,
+            "data_bytes": h.data_bytes,
+            "scales_bytes": h.scales_bytes,
+            "group_size": h.group_size,
+            "num_groups": h.num_groups,
+            "original_N": h.original_n,
+        },
+        "regions": [
+            {"name": "header", "offset": 0, "bytes": l.header_len},
+            {"name": "padding", "offset": l.header_len, "bytes": l.scales_offset - l.header_len},
+            {"name": "scales", "offset": l.scales_offset, "bytes": l.scales_bytes},
+            {"name": "padding", "offset": l.scales_offset + l.scales_bytes, "bytes": l.data_offset - l.scales_offset - l.scales_bytes},
+            {"name": "data", "offset": l.data_offset, "bytes": l.data_bytes},
+        ],
+    }))
+}
+
+fn inspect_file(path: &Path, json: bool) -> Result<String> {
+    let bytes = read_file(path)?;
+    let name = path.display().to_string();
+    let d = describe_file_json(&name, &bytes).map_err(|e| bad_input(format!("{e:#}")))?;
+    if json {
+        return Ok(serde_json::to_string_pretty(&d)? + "\n");
+    }
+    let h = &d["header"];
+    let mut s = String::new();
+    writeln!(s, "file:         {} ({} bytes)", name, bytes.len())?;
+    writeln!(s, "magic:        CACT")?;
+    let names: Vec<String> = h["flag_names"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    writeln!(
+        s,
+        "flags:        {:#010x} {}",
+        h["flags"].as_u64().unwrap_or(0),
+        names.join(" | ")
+    )?;
+    for key in ["alignment", "ndim", "dims"] {
+        writeln!(s, "{:<13} {}", format!("{key}:"), h[key])?;
+    }
+    writeln!(
+        s,
+        "precision:    {} ({})",
+        h["precision"],
+        h["precision_name"].as_str().unwrap_or("")
+    )?;
+    for key in [
+        "data_bytes",
+        "scales_bytes",
+        "group_size",
+        "num_groups",
+        "original_N",
+    ] {
+        writeln!(s, "{:<13} {}", format!("{key}:"), h[key])?;
+    }
+    writeln!(s, "regions:")?;
+    for r in d["regions"].as_array().into_iter().flatten() {
+        let off = r["offset"].as_u64().unwrap_or(0);
+        let len = r["bytes"].as_u64().unwrap_or(0);
+        if len > 0 || r["name"] != "padding" {
+            writeln!(
+                s,
+                "  {:<8} {:>10} .. {:<10} ({} bytes)",
+                r["name"].as_str().unwrap_or(""),
+                off,
+                off + len,
+                len
+            )?;
+        }
+    }
+    Ok(s)
+}
+
+fn inspect_dir(dir: &Path, json: bool) -> Result<String> {
+    let mpath = dir.join(crate::output::MANIFEST);
+    let text = std::fs::read_to_string(&mpath).map_err(|e| {
+        bad_input(format!(
+            "{}: cannot read the bundle manifest: {e}",
+            mpath.display()
+        ))
+    })?;
+    let m: Manifest = serde_json::from_str(&text)
+        .map_err(|e| bad_input(format!("{}: invalid manifest: {e}", mpath.display())))?;
+    if json {
+        return Ok(serde_json::to_string_pretty(&m)? + "\n");
+    }
+    let mut s = String::new();
+    writeln!(
+        s,
+        "bundle:  {} ({} v{}, written by {} {})",
+        dir.display(),
+        m.format,
+        m.format_version,
+        m.tool.name,
+        m.tool.version
+    )?;
+    let files: Vec<String> = m
+        .source
+        .files
+        .iter()
+        .map(|f| format!("{} ({} bytes)", f.name, f.bytes))
+        .collect();
+    writeln!(
+        s,
+        "source:  {}{} [{}]  tied embeddings: {}",
+        m.source.kind,
+        m.source
+            .architecture
+            .as_deref()
+            .map(|a| format!(", {a}"))
+            .unwrap_or_default(),
+        files.join(", "),
+        m.source.tied_embeddings
+    )?;
+    writeln!(s, "options: {}", m.options)?;
+    let w = m
+        .tensors
+        .iter()
+        .map(|e| e.file.as_deref().unwrap_or("(source)").len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    writeln!(
+        s,
+        "{:<w$}  {:<15}  {:<14}  {:<6}  {:<6}  {:<18}  {:>10}",
+        "file", "role", "shape", "source", "prec", "layout", "bytes"
+    )?;
+    for e in &m.tensors {
+        let shape = e
+            .shape
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join("x");
+        writeln!(
+            s,
+            "{:<w$}  {:<15}  {:<14}  {:<6}  {:<6}  {:<18}  {:>10}",
+            e.file.as_deref().unwrap_or("(source)"),
+            e.role,
+            shape,
+            e.source_dtype,
+            e.precision,
+            e.layout,
+            e.bytes
+        )?;
+    }
+    for x in &m.extra_files {
+        writeln!(s, "{:<w$}  {}  ({} bytes)", x.file, x.what, x.bytes)?;
+    }
+    Ok(s)
+}
