@@ -364,6 +364,15 @@ impl<'a> Cursor<'a> {
         let offset = self.pos as u64;
         let count = self.u64(what)?;
         if count.saturating_mul(min_size) > self.remaining() {
+            if count <= self.remaining() {
+                // Plausible count, but the file ends too early.
+                return Err(ErrorKind::Truncated {
+                    what: format!("{count} x {what}"),
+                    offset,
+                    needed: count.saturating_mul(min_size),
+                    file_len: self.buf.len() as u64,
+                });
+            }
             return Err(ErrorKind::AbsurdCount {
                 what,
                 count,

@@ -1,0 +1,144 @@
+//! Helpers shared by the integration tests: paths, running the binary, and
+//! a tiny GGUF / safetensors byte builder for crafting malformed inputs.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The project root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A path under fixtures/.
+pub fn fixture(rel: &str) -> PathBuf {
+    root().join("fixtures").join(rel)
+}
+
+/// The fixture models a conversion test runs on.
+pub const MODELS: &[&str] = &[
+    "models/tiny-llama-f32.gguf",
+    "models/tiny-llama-Q8_0.gguf",
+    "models/tiny-llama-Q5_0.gguf",
+    "models/tiny-llama-Q4_K_M.gguf",
+    "models/tiny-llama-Q5_K_M.gguf",
+    "models/tiny-llama-Q6_K.gguf",
+    "models/tiny-llama-hf-bf16",
+];
+
+/// Run the `convert` binary.
+pub fn convert<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    Command::new(env!("CARGO_BIN_EXE_convert"))
+        .args(args)
+        .output()
+        .expect("run convert")
+}
+
+/// stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Every regular file under `dir` (relative name, bytes), sorted.
+pub fn folder_contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A GGUF tensor info for [`gguf_bytes`].
+pub struct TInfo {
+    pub name: String,
+    pub dims: Vec<u64>,
+    pub ty: u32,
+    pub offset: u64,
+}
+
+impl TInfo {
+    pub fn f32(name: &str, dims: &[u64], offset: u64) -> Self {
+        TInfo {
+            name: name.into(),
+            dims: dims.to_vec(),
+            ty: 0,
+            offset,
+        }
+    }
+}
+
+fn put_str(b: &mut Vec<u8>, s: &str) {
+    b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    b.extend_from_slice(s.as_bytes());
+}
+
+/// A GGUF file: header with explicit counts (which may lie), string
+/// key/values, tensor infos, padding to 32, then `data_len` bytes of data.
+pub fn gguf_bytes(
+    version: u32,
+    n_tensors: u64,
+    n_kv: u64,
+    kvs: &[(&str, &str)],
+    tensors: &[TInfo],
+    data_len: usize,
+) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(b"GGUF");
+    b.extend_from_slice(&version.to_le_bytes());
+    b.extend_from_slice(&n_tensors.to_le_bytes());
+    b.extend_from_slice(&n_kv.to_le_bytes());
+    for (k, v) in kvs {
+        put_str(&mut b, k);
+        b.extend_from_slice(&8u32.to_le_bytes());
+        put_str(&mut b, v);
+    }
+    for t in tensors {
+        put_str(&mut b, &t.name);
+        b.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+        for d in &t.dims {
+            b.extend_from_slice(&d.to_le_bytes());
+        }
+        b.extend_from_slice(&t.ty.to_le_bytes());
+        b.extend_from_slice(&t.offset.to_le_bytes());
+    }
+    while b.len() % 32 != 0 {
+        b.push(0);
+    }
+    b.extend((0..data_len).map(|i| (i % 251) as u8));
+    b
+}
+
+/// A well-formed GGUF with two f32 tensors of 4x8 (128 bytes each).
+pub fn good_gguf() -> Vec<u8> {
+    gguf_bytes(
+        3,
+        2,
+        1,
+        &[("general.architecture", "llama")],
+        &[
+            TInfo::f32("blk.0.attn_q.weight", &[8, 4], 0),
+            TInfo::f32("blk.0.attn_k.weight", &[8, 4], 128),
+        ],
+        256,
+    )
+}
+
+/// A safetensors file from a raw JSON header and data.
+pub fn safetensors_bytes(header: &str, data_len: usize) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    b.extend_from_slice(header.as_bytes());
+    b.extend(std::iter::repeat_n(0u8, data_len));
+    b
+}
