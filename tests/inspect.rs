@@ -1,0 +1,27 @@
+//! Golden output of `convert inspect` (insta snapshots in tests/snapshots/).
+
+mod common;
+
+use std::process::Command;
+
+use common::fixture;
+
+fn run_in(dir: &std::path::Path, args: &[&str]) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_convert"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+#[test]
+fn inspect_plain_files_and_bundle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fixture("models/tiny-llama-f32.gguf");
+    run_in(tmp.path(), &[model.to_str().unwrap(), "out", "-q"]);
+    insta::assert_snapshot!("plain_fp16_text", run_in(tmp.path(), &["inspect", "out/blk.0.ffn_down.weight.weights"]));
+    insta::assert_snapshot!("plain_fp16_json", run_in(tmp.path(), &["inspect", "--json", "out/output_norm.weight.weights"]));
+    insta::assert_snapshot!("bundle_text", run_in(tmp.path(), &["inspect", "out"]));
+}
