@@ -43,7 +43,8 @@ pub enum Command {
 /// `convert inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// A `.weights` file or an output folder.
+    /// A `.weights` file, an output folder, or a model source (GGUF,
+    /// safetensors, Hugging Face folder: lists its tensors from the headers).
     pub path: PathBuf,
     /// Print JSON instead of text.
     #[arg(long)]

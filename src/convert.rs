@@ -407,7 +407,7 @@ fn for_each_chunk(
     let ncols = t.ncols() as usize;
     let nrows = t.nrows() as usize;
     let data = cat.data(t);
-    let row_bytes = if nrows == 0 { 0 } else { data.len() / nrows };
+    let row_bytes = data.len().checked_div(nrows).unwrap_or(0);
     let per = rows_per_chunk(t);
     let mut buf = vec![0f32; per.min(nrows.max(1)) * ncols];
     let mut stats = ggml_quants::MaterializeStats::default();

@@ -12,13 +12,101 @@ use crate::failure::bad_input;
 use crate::manifest::Manifest;
 
 pub fn run(args: &InspectArgs) -> Result<()> {
-    let text = if args.path.is_dir() {
-        inspect_dir(&args.path, args.json)?
+    let p = &args.path;
+    let text = if p.is_dir() && p.join(crate::output::MANIFEST).is_file() {
+        inspect_dir(p, args.json)?
+    } else if p.is_dir() || !is_container(p)? {
+        inspect_source(p, args.json)?
     } else {
-        inspect_file(&args.path, args.json)?
+        inspect_file(p, args.json)?
     };
     print!("{text}");
     Ok(())
+}
+
+/// True when the file starts with the container magic.
+fn is_container(path: &Path) -> Result<bool> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let mut f =
+        std::fs::File::open(path).map_err(|e| bad_input(format!("{}: {e}", path.display())))?;
+    let n = f
+        .read(&mut magic)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(n == 4 && magic == *b"CACT")
+}
+
+/// A model source (GGUF, safetensors, HF folder): its tensors, read from the
+/// headers only (no tensor data is touched).
+fn inspect_source(path: &Path, json: bool) -> Result<String> {
+    let cat = model_sources::Catalogue::open(path)?;
+    if json {
+        let tensors: Vec<serde_json::Value> = cat
+            .tensors
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "name": t.name, "role": t.role.as_str(), "shape": t.shape,
+                    "dtype": t.dtype.to_string(), "file": cat.file_of(t).display().to_string(),
+                    "offset": t.offset, "bytes": t.n_bytes,
+                })
+            })
+            .collect();
+        let v = serde_json::json!({
+            "source": path.display().to_string(),
+            "kind": format!("{:?}", cat.kind),
+            "architecture": cat.architecture,
+            "tied_embeddings": cat.tied_embeddings,
+            "metadata_keys": cat.gguf_metadata.len(),
+            "tensors": tensors,
+        });
+        return Ok(serde_json::to_string_pretty(&v)? + "\n");
+    }
+    let mut s = String::new();
+    writeln!(
+        s,
+        "source: {} ({:?}{}), {} tensors, {} metadata keys, tied embeddings: {}",
+        path.display(),
+        cat.kind,
+        cat.architecture
+            .as_deref()
+            .map(|a| format!(", {a}"))
+            .unwrap_or_default(),
+        cat.tensors.len(),
+        cat.gguf_metadata.len(),
+        cat.tied_embeddings
+    )?;
+    let w = cat
+        .tensors
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    writeln!(
+        s,
+        "{:<w$}  {:<15}  {:<14}  {:<7}  {:>12}  {:>10}",
+        "tensor", "role", "shape", "dtype", "offset", "bytes"
+    )?;
+    for t in &cat.tensors {
+        let shape = t
+            .shape
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join("x");
+        writeln!(
+            s,
+            "{:<w$}  {:<15}  {:<14}  {:<7}  {:>12}  {:>10}",
+            t.name,
+            t.role.as_str(),
+            shape,
+            t.dtype.to_string(),
+            t.offset,
+            t.n_bytes
+        )?;
+    }
+    Ok(s)
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>> {

@@ -116,7 +116,7 @@ pub fn prepare_dir(
             || name == MANIFEST
             || name == GGUF_METADATA
             || name.ends_with(".partial")
-            || extra_names.iter().any(|n| *n == name);
+            || extra_names.contains(&name);
         if ours && e.file_type()?.is_file() {
             std::fs::remove_file(e.path())
                 .with_context(|| format!("cannot remove {}", e.path().display()))?;

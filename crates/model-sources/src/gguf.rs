@@ -534,11 +534,7 @@ fn parse_header(buf: &[u8]) -> KResult<Header> {
                 ),
             )
         })?;
-        let rows = if dims[0] == 0 {
-            0
-        } else {
-            n_elements / dims[0]
-        };
+        let rows = n_elements.checked_div(dims[0]).unwrap_or(0);
         let n_bytes = row_bytes
             .checked_mul(rows)
             .ok_or_else(|| bad_shape(&name, format!("size of dimensions {dims:?} overflows")))?;
