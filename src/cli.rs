@@ -77,7 +77,41 @@ impl From<DtypeArg> for ggml_quants::TorchDtype {
     }
 }
 
+/// The ggml types sidecar files can hold.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QtypeArg {
+    #[value(name = "q8_0")]
+    Q8_0,
+    #[value(name = "q5_0")]
+    Q5_0,
+    #[value(name = "q4_k")]
+    Q4K,
+    #[value(name = "q5_k")]
+    Q5K,
+    #[value(name = "q6_k")]
+    Q6K,
+}
+
+impl From<QtypeArg> for ggml_quants::GgmlType {
+    fn from(q: QtypeArg) -> Self {
+        use ggml_quants::GgmlType as G;
+        match q {
+            QtypeArg::Q8_0 => G::Q8_0,
+            QtypeArg::Q5_0 => G::Q5_0,
+            QtypeArg::Q4K => G::Q4_K,
+            QtypeArg::Q5K => G::Q5_K,
+            QtypeArg::Q6K => G::Q6_K,
+        }
+    }
+}
+
 /// Arguments of the conversion (the default command).
+///
+/// Modes: with no mode flag, every 2-D tensor stored in one of the ggml
+/// types Q8_0, Q5_0, Q4_K, Q5_K, Q6_K gets a row-interleaved sidecar file
+/// and every other tensor is listed in the manifest as staying in the
+/// source file (keep mode). `--plain` writes plain FP16/FP32 files.
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
     /// The model: a .gguf file, a .safetensors file, or a Hugging Face
@@ -88,6 +122,21 @@ pub struct ConvertArgs {
     /// The output folder (created if missing; must be empty unless --force).
     #[arg(required = true)]
     pub output: Option<PathBuf>,
+
+    /// Write every tensor as a plain row-major FP16 file (FP32 where a value
+    /// does not fit fp16) instead of keeping or quantizing it.
+    #[arg(long, conflicts_with_all = ["qtype", "interleave"])]
+    pub plain: bool,
+
+    /// Keep mode: quantize float 2-D weights (matmul, embedding, output) to
+    /// this ggml type first, so float models get sidecars too. Tensors already
+    /// in one of the five sidecar types keep their own type.
+    #[arg(long, value_enum, value_name = "TYPE")]
+    pub qtype: Option<QtypeArg>,
+
+    /// Keep mode: rows interleaved per group in sidecar files (4 = R4, 8 = R8).
+    #[arg(long, value_parser = ["4", "8"], value_name = "4|8")]
+    pub interleave: Option<String>,
 
     /// Dtype the source weights are materialized in (float32|bfloat16|float16,
     /// aliases f32|bf16|f16).

@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use ggml_quants::{GgmlType, TorchDtype};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use model_sources::{Catalogue, SourceKind, Tensor};
+use model_sources::{Catalogue, Role, SourceKind, Tensor};
 use rayon::prelude::*;
 use weights_file::{Header, Precision};
 
@@ -26,20 +26,71 @@ const CHUNK_BYTES: u64 = 16 << 20;
 pub enum Action {
     /// Plain row-major FP16 (FP32 when a value does not fit fp16).
     Plain,
+    /// A ggml sidecar of type `ty` with rows interleaved by `factor`;
+    /// `requantize` when the source is float and is quantized first.
+    Sidecar {
+        ty: GgmlType,
+        factor: usize,
+        requantize: bool,
+    },
+    /// Stays in the source file; only listed in the manifest.
+    Source,
 }
 
 impl Action {
-    fn describe(self) -> &'static str {
+    fn describe(self) -> String {
         match self {
-            Action::Plain => "plain FP16 (FP32 if out of fp16 range)",
+            Action::Plain => "plain FP16 (FP32 if out of fp16 range)".into(),
+            Action::Sidecar {
+                ty,
+                factor,
+                requantize,
+            } => format!(
+                "{ty} R{factor} sidecar{}",
+                if requantize {
+                    " (quantized from float)"
+                } else {
+                    ""
+                }
+            ),
+            Action::Source => "stays in the source file".into(),
         }
     }
 
-    fn suffix(self) -> &'static str {
+    fn suffix(self) -> String {
         match self {
-            Action::Plain => ".weights",
+            Action::Plain => ".weights".into(),
+            Action::Sidecar { ty, factor, .. } => {
+                format!(".{}.r{factor}.weights", ty.name().to_ascii_lowercase())
+            }
+            Action::Source => String::new(),
         }
     }
+
+    fn writes_file(self) -> bool {
+        self != Action::Source
+    }
+}
+
+/// The ggml types sidecar files hold.
+pub const SIDECAR_TYPES: [GgmlType; 5] = [
+    GgmlType::Q8_0,
+    GgmlType::Q5_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// The conversion mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Sidecars for ggml-typed tensors, everything else stays in the source.
+    Keep {
+        qtype: Option<GgmlType>,
+        factor: usize,
+    },
+    /// Plain FP16/FP32 for everything.
+    Plain,
 }
 
 /// One planned job.
@@ -52,11 +103,38 @@ pub struct Job<'c> {
 /// Options resolved from the arguments.
 pub struct Options {
     pub dtype: TorchDtype,
+    pub mode: Mode,
 }
 
 impl Options {
+    fn from_args(args: &ConvertArgs) -> Self {
+        let mode = if args.plain {
+            Mode::Plain
+        } else {
+            Mode::Keep {
+                qtype: args.qtype.map(Into::into),
+                factor: args
+                    .interleave
+                    .as_deref()
+                    .map_or(8, |f| if f == "4" { 4 } else { 8 }),
+            }
+        };
+        Options {
+            dtype: args.torch_dtype.into(),
+            mode,
+        }
+    }
+
     fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({ "mode": "plain", "torch_dtype": self.dtype.name() })
+        match self.mode {
+            Mode::Plain => serde_json::json!({ "mode": "plain", "torch_dtype": self.dtype.name() }),
+            Mode::Keep { qtype, factor } => serde_json::json!({
+                "mode": "keep",
+                "torch_dtype": self.dtype.name(),
+                "qtype": qtype.map(|q| q.to_string()),
+                "interleave": factor,
+            }),
+        }
     }
 }
 
@@ -64,9 +142,7 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
     let started = Instant::now();
     let input = args.input.as_deref().expect("clap requires INPUT");
     let out = args.output.as_deref().expect("clap requires OUTPUT");
-    let opts = Options {
-        dtype: args.torch_dtype.into(),
-    };
+    let opts = Options::from_args(args);
     let threads = match args.threads {
         Some(0) => return Err(bad_input("--threads must be at least 1")),
         Some(n) => n,
@@ -78,7 +154,7 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
         .context("cannot start worker threads")?;
 
     let cat = Catalogue::open(input)?;
-    let jobs = plan(&cat)?;
+    let jobs = plan(&cat, &opts)?;
     if !args.quiet {
         eprint!("{}", describe_plan(&cat, &jobs, &opts, out, threads));
     }
@@ -137,7 +213,7 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
 }
 
 /// Decide what happens to every tensor and name its file.
-fn plan(cat: &Catalogue) -> Result<Vec<Job<'_>>> {
+fn plan<'c>(cat: &'c Catalogue, opts: &Options) -> Result<Vec<Job<'c>>> {
     let mut names = NameAllocator::default();
     names.reserve(output::MANIFEST);
     names.reserve(output::GGUF_METADATA);
@@ -148,8 +224,12 @@ fn plan(cat: &Catalogue) -> Result<Vec<Job<'_>>> {
     }
     let mut jobs = Vec::with_capacity(cat.tensors.len());
     for t in &cat.tensors {
-        let action = Action::Plain;
-        let file = names.allocate(&t.name, action.suffix());
+        let action = action_for(cat, t, opts)?;
+        let file = if action.writes_file() {
+            names.allocate(&t.name, &action.suffix())
+        } else {
+            String::new()
+        };
         jobs.push(Job {
             tensor: t,
             action,
@@ -157,6 +237,58 @@ fn plan(cat: &Catalogue) -> Result<Vec<Job<'_>>> {
         });
     }
     Ok(jobs)
+}
+
+fn is_float(t: GgmlType) -> bool {
+    matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
+
+fn action_for(cat: &Catalogue, t: &Tensor, opts: &Options) -> Result<Action> {
+    let matrix = t.shape.len() == 2;
+    Ok(match opts.mode {
+        Mode::Plain => {
+            if !ggml_quants::supports_decode(t.dtype) {
+                return Err(bad_input(format!(
+                    "tensor '{}' in {}: --plain cannot decode ggml type {}",
+                    t.name,
+                    cat.file_of(t).display(),
+                    t.dtype
+                )));
+            }
+            Action::Plain
+        }
+        Mode::Keep { qtype, factor } => {
+            if matrix && SIDECAR_TYPES.contains(&t.dtype) {
+                Action::Sidecar {
+                    ty: t.dtype,
+                    factor,
+                    requantize: false,
+                }
+            } else if let Some(q) = qtype.filter(|_| {
+                matrix
+                    && is_float(t.dtype)
+                    && matches!(t.role, Role::Matmul | Role::TokenEmbedding | Role::Output)
+            }) {
+                let bs = q.block_size() as u64;
+                if t.ncols() % bs != 0 {
+                    return Err(bad_input(format!(
+                        "tensor '{}' in {}: row length {} is not a multiple of the {q} block size {bs}, so --qtype {} cannot quantize it",
+                        t.name,
+                        cat.file_of(t).display(),
+                        t.ncols(),
+                        q.name().to_ascii_lowercase(),
+                    )));
+                }
+                Action::Sidecar {
+                    ty: q,
+                    factor,
+                    requantize: true,
+                }
+            } else {
+                Action::Source
+            }
+        }
+    })
 }
 
 fn human_bytes(b: u64) -> String {
@@ -204,7 +336,7 @@ fn describe_plan(
         threads,
         if cat.tied_embeddings { "yes" } else { "no" },
     );
-    let mut groups: BTreeMap<&str, BTreeMap<&str, (usize, u64)>> = BTreeMap::new();
+    let mut groups: BTreeMap<String, BTreeMap<&str, (usize, u64)>> = BTreeMap::new();
     for j in jobs {
         let e = groups
             .entry(j.action.describe())
@@ -285,8 +417,14 @@ fn convert_all(
         .par_iter()
         .map(|job| {
             let path = out.join(&job.file);
-            track(path.clone());
-            let entry = run_job(cat, job, opts, &path)?;
+            if job.action.writes_file() {
+                track(path.clone());
+            } else if opts.dtype == TorchDtype::Float16 && is_float(job.tensor.dtype) {
+                // Nothing is materialized, but the bundle promises the
+                // tensor in the requested dtype: check that it fits.
+                for_each_chunk(cat, job.tensor, opts.dtype, |_, _| Ok(()))?;
+            }
+            let entry = run_job(cat, job, opts, &path, &source_files)?;
             pb.inc(job.tensor.n_bytes);
             Ok(entry)
         })
@@ -383,32 +521,70 @@ fn value_type_name(v: &model_sources::gguf::Value) -> String {
     }
 }
 
-fn run_job(cat: &Catalogue, job: &Job, opts: &Options, path: &Path) -> Result<Entry> {
+fn run_job(
+    cat: &Catalogue,
+    job: &Job,
+    opts: &Options,
+    path: &Path,
+    source_sha: &[SourceFile],
+) -> Result<Entry> {
     let t = job.tensor;
     match job.action {
         Action::Plain => write_plain(cat, t, opts.dtype, path, &job.file),
+        Action::Sidecar {
+            ty,
+            factor,
+            requantize,
+        } => crate::sidecar::write_sidecar(
+            cat, t, ty, factor, requantize, opts.dtype, path, &job.file,
+        ),
+        Action::Source => Ok(Entry {
+            tensor: t.name.clone(),
+            role: t.role.as_str().into(),
+            shape: t.shape.clone(),
+            source_dtype: t.dtype.to_string(),
+            file: None,
+            precision: t.dtype.to_string(),
+            layout: "source".into(),
+            bytes: t.n_bytes,
+            sha256: source_sha[t.file].sha256.clone(),
+            source_file: Some(source_sha[t.file].name.clone()),
+            details: Some(serde_json::json!({ "offset": t.offset })),
+        }),
     }
 }
 
 /// Rows per materialization chunk for a tensor.
-fn rows_per_chunk(t: &Tensor) -> usize {
+pub fn rows_per_chunk(t: &Tensor) -> usize {
     let row = t.ncols().max(1) * 4;
     (CHUNK_BYTES / row).max(1) as usize
 }
 
 /// Materialize a tensor chunk by chunk, calling `f(first_row, values)`.
 /// Fails naming the tensor when values overflow fp16 under `float16`.
-fn for_each_chunk(
+pub fn for_each_chunk(
     cat: &Catalogue,
     t: &Tensor,
     dtype: TorchDtype,
+    f: impl FnMut(usize, &[f32]) -> Result<()>,
+) -> Result<()> {
+    for_each_chunk_aligned(cat, t, dtype, 1, f)
+}
+
+/// [`for_each_chunk`] with chunks that are a multiple of `align` rows (but
+/// the last).
+pub fn for_each_chunk_aligned(
+    cat: &Catalogue,
+    t: &Tensor,
+    dtype: TorchDtype,
+    align: usize,
     mut f: impl FnMut(usize, &[f32]) -> Result<()>,
 ) -> Result<()> {
     let ncols = t.ncols() as usize;
     let nrows = t.nrows() as usize;
     let data = cat.data(t);
     let row_bytes = data.len().checked_div(nrows).unwrap_or(0);
-    let per = rows_per_chunk(t);
+    let per = (rows_per_chunk(t) / align).max(1) * align;
     let mut buf = vec![0f32; per.min(nrows.max(1)) * ncols];
     let mut stats = ggml_quants::MaterializeStats::default();
     let mut row = 0;

@@ -25,6 +25,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         if cause.is::<BadInput>()
             || cause.is::<ggml_quants::QuantError>()
             || cause.is::<weights_file::ContainerError>()
+            || cause.is::<weights_file::interleave::InterleaveError>()
         {
             return 2;
         }

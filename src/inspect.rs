@@ -24,7 +24,7 @@ pub fn run(args: &InspectArgs) -> Result<()> {
     Ok(())
 }
 
-/// True when the file starts with the container magic.
+/// True when the file starts with the container magic or is named `*.weights`.
 fn is_container(path: &Path) -> Result<bool> {
     use std::io::Read;
     let mut magic = [0u8; 4];
@@ -33,7 +33,7 @@ fn is_container(path: &Path) -> Result<bool> {
     let n = f
         .read(&mut magic)
         .with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(n == 4 && magic == *b"CACT")
+    Ok((n == 4 && magic == *b"CACT") || path.extension().is_some_and(|e| e == "weights"))
 }
 
 /// A model source (GGUF, safetensors, HF folder): its tensors, read from the
@@ -119,7 +119,26 @@ pub fn describe_file_json(name: &str, bytes: &[u8]) -> Result<serde_json::Value>
         WeightsFile::parse(bytes).with_context(|| format!("{name}: not a valid .weights file"))?;
     let h = f.header();
     let l = f.layout;
-    let precision = h.precision().map(|p| p.name()).unwrap_or_default();
+    let precision = match h.precision() {
+        Some(weights_file::Precision::Ggml(id)) => {
+            ggml_quants::GgmlType::from_id(id).map_or(format!("GGML({id})"), |t| t.to_string())
+        }
+        Some(p) => p.name(),
+        None => String::new(),
+    };
+    let mut details = serde_json::Value::Null;
+    if let Some(weights_file::Precision::Ggml(id)) = h.precision() {
+        if let Some(ty) = ggml_quants::GgmlType::from_id(id) {
+            let factor = if h.flags & flags::ROW_INTERLEAVE_4 != 0 {
+                4
+            } else if h.flags & flags::ROW_INTERLEAVE_8 != 0 {
+                8
+            } else {
+                1
+            };
+            details = crate::sidecar::details(ty, factor, h.dims[0], h.dims[1]);
+        }
+    }
     Ok(serde_json::json!({
         "file": name,
         "file_bytes": bytes.len(),
@@ -145,6 +164,7 @@ pub fn describe_file_json(name: &str, bytes: &[u8]) -> Result<serde_json::Value>
             {"name": "padding", "offset": l.scales_offset + l.scales_bytes, "bytes": l.data_offset - l.scales_offset - l.scales_bytes},
             {"name": "data", "offset": l.data_offset, "bytes": l.data_bytes},
         ],
+        "layout": details,
     }))
 }
 
@@ -202,6 +222,12 @@ fn inspect_file(path: &Path, json: bool) -> Result<String> {
                 off + len,
                 len
             )?;
+        }
+    }
+    if let Some(obj) = d["layout"].as_object() {
+        writeln!(s, "layout:")?;
+        for (k, v) in obj {
+            writeln!(s, "  {:<17} {}", format!("{k}:"), v)?;
         }
     }
     Ok(s)

@@ -7,6 +7,7 @@ mod failure;
 mod inspect;
 mod manifest;
 mod output;
+mod sidecar;
 
 use std::process::ExitCode;
 

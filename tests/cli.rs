@@ -60,6 +60,7 @@ fn conversion_is_deterministic_across_runs_and_threads() {
                 threads.as_ref(),
                 "--torch-dtype".as_ref(),
                 "bf16".as_ref(),
+                "--plain".as_ref(),
             ]);
             assert!(o.status.success(), "{model}: {}", stderr(&o));
             folders.push(folder_contents(&out));
@@ -93,6 +94,7 @@ fn float16_fails_naming_the_tensor_bf16_and_f32_succeed() {
             model.as_os_str(),
             out.as_os_str(),
             "-q".as_ref(),
+            "--plain".as_ref(),
             "--torch-dtype".as_ref(),
             dt.as_ref(),
         ]);
@@ -367,6 +369,7 @@ fn bad_container_files_exit_2_in_inspect() {
         fixture("models/tiny-llama-f32.gguf").as_os_str(),
         out.as_os_str(),
         "-q".as_ref(),
+        "--plain".as_ref(),
     ]);
     assert!(o.status.success());
     let good = std::fs::read(out.join("blk.0.attn_q.weight.weights")).unwrap();
