@@ -1,2 +1,143 @@
-//! CQ4 quantization. Filled by the CQ4 issue.
+//! CQ4: deterministic 4-bit codebook quantization of weight matrices into the
+//! packed-panel layout of `.cq4p.weights` files.
+//!
+//! The normative description of every stored byte is `docs/cq4-contract.md`.
+//! In short: per group (Hadamard family, 128 columns) or per row (orthogonal
+//! family) the weights are normalized by their L2 norm, rotated, and each
+//! rotated coordinate is replaced by the index of the nearest entry of a
+//! Lloyd–Max codebook. Every arithmetic step is an IEEE-754 basic operation in
+//! a documented order, so the bytes do not depend on the thread count or the
+//! CPU, and an independent implementation can reproduce them.
+//!
+//! - [`Bundle`]: per-bundle seed, Hadamard parameters, cached codebooks and
+//!   orthogonal rotations.
+//! - [`PanelEncoder`]: one tensor; [`PanelEncoder::encode_superblocks`] streams
+//!   whole 64-row super-blocks into caller buffers,
+//!   [`PanelEncoder::scales_blob`] builds the scales region.
+//! - [`PanelTensorView`], [`qdq`], [`embedding_row`]: validate and dequantize
+//!   a written tensor with the same arithmetic the encoder uses.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod codebook;
+mod decode;
+mod encode;
+pub mod fp16;
+pub mod hadamard;
+pub mod orthogonal;
+pub mod rng;
+
+pub use codebook::Codebook;
+pub use decode::{embedding_row, qdq, PanelTensorView};
+pub use encode::{Bundle, PanelEncoder, NORM_FLOOR};
+pub use hadamard::HadamardRotation;
+pub use orthogonal::OrthogonalRotation;
+pub use rng::{SplitMix64, DEFAULT_SEED};
+pub use weights_file::panel::{PanelError, PanelGeometry, RotationFamily as Family};
+
+use thiserror::Error;
+
+/// Group size of both families (orthogonal: "virtual" groups of the kernels).
+pub const GROUP_SIZE: usize = 128;
+
+/// Errors from CQ4 quantization and panel decoding.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum Cq4Error {
+    /// The codebook dimension is too small.
+    #[error("codebook dimension d = {d} must be at least 4")]
+    CodebookDimension {
+        /// The rejected dimension.
+        d: usize,
+    },
+    /// Lloyd–Max produced a degenerate codebook.
+    #[error("Lloyd-Max codebook for d = {d} is degenerate")]
+    CodebookNotConverged {
+        /// The dimension.
+        d: usize,
+    },
+    /// A tensor with no rows or no columns.
+    #[error("cannot quantize an empty {n} x {k} tensor")]
+    EmptyTensor {
+        /// Rows.
+        n: usize,
+        /// Columns.
+        k: usize,
+    },
+    /// A tensor too large to address.
+    #[error("tensor {n} x {k} is too large")]
+    TooLarge {
+        /// Rows.
+        n: usize,
+        /// Columns.
+        k: usize,
+    },
+    /// An impossible panel shape.
+    #[error(transparent)]
+    Shape(#[from] PanelError),
+    /// An orthogonal rotation width that is not a positive multiple of 128.
+    #[error("orthogonal rotation width {kp} must be a positive multiple of 128")]
+    BadRotationWidth {
+        /// The rejected width.
+        kp: usize,
+    },
+    /// Invalid rotation data.
+    #[error("invalid rotation: {0}")]
+    BadRotation(&'static str),
+    /// A chunk that does not start on a super-block or is not whole super-blocks.
+    #[error("chunk of {rows} rows at row {first_row} (N = {n}): chunks start at a multiple of 64 and are whole 64-row super-blocks, except the last one, which ends at N")]
+    BadChunk {
+        /// First row of the chunk.
+        first_row: usize,
+        /// Rows in the chunk.
+        rows: usize,
+        /// Rows of the tensor.
+        n: usize,
+    },
+    /// A buffer of the wrong length.
+    #[error("{what}: expected length {expected}, got {got}")]
+    BufferLength {
+        /// Which buffer.
+        what: &'static str,
+        /// Expected length (for row buffers: the row length it must be a multiple of).
+        expected: usize,
+        /// Actual length.
+        got: usize,
+    },
+    /// A NaN or infinite input weight.
+    #[error("non-finite weight at row {row}, column {col}")]
+    NonFinite {
+        /// Row.
+        row: usize,
+        /// Column (unpadded).
+        col: usize,
+    },
+    /// A norm whose stored fp16 value would be infinite.
+    #[error("row {row}, group {group}: norm {norm:e} overflows fp16 when stored")]
+    NormOverflow {
+        /// Row.
+        row: usize,
+        /// Group (0 for the orthogonal family).
+        group: usize,
+        /// The f64 norm.
+        norm: f64,
+    },
+    /// A row index past N.
+    #[error("row {row} out of range (N = {n})")]
+    RowOutOfRange {
+        /// The row.
+        row: usize,
+        /// Rows of the tensor.
+        n: usize,
+    },
+    /// An invalid scales blob or data region.
+    #[error("invalid CQ4 panel tensor: {0}")]
+    BadBlob(&'static str),
+    /// A folded norm that is not `f32(norm) * cb_scale`.
+    #[error("folded norm of row {row}, group {group} is not f32(norm) * cb_scale")]
+    FoldedMismatch {
+        /// Row (>= N for padded channels).
+        row: usize,
+        /// Group.
+        group: usize,
+    },
+}

@@ -179,10 +179,10 @@ impl PanelGeometry {
         if k == 0 {
             return Err(PanelError::ZeroCols);
         }
-        if gs == 0 || gs % KG_WIDTH != 0 {
+        if gs == 0 || !gs.is_multiple_of(KG_WIDTH) {
             return Err(PanelError::BadGroupSize { gs });
         }
-        if k % gs != 0 {
+        if !k.is_multiple_of(gs) {
             return Err(PanelError::KNotMultipleOfGroup { k, gs });
         }
         let too_large = |what| PanelError::TooLarge { n, k, gs, what };

@@ -1,0 +1,303 @@
+//! The 4-bit Lloyd–Max codebook for one coordinate of a uniformly random unit
+//! vector in dimension `d`: density proportional to `(1 - x^2)^((d-3)/2)` on
+//! `[-1, 1]`. Every step below is an IEEE-754 basic operation in f64 in the
+//! stated order, so the result is bit-reproducible.
+//!
+//! 1. Grid: `x_i = (i - 100000) / 100000` for `i = 0..=200000` (integer
+//!    subtraction, then one f64 division). `x_{200000-i} = -x_i` exactly.
+//! 2. Weights: `p = 1 - x*x`. For even `d`: `w = ipow(p, (d-4)/2) * sqrt(p)`;
+//!    for odd `d`: `w = ipow(p, (d-3)/2)`. `ipow(b, e)` is square-and-multiply
+//!    from the least significant bit: `r = 1; while e > 0 { if e odd { r = r*b };
+//!    b = b*b; e = e >> 1 }` (the last squaring is computed but unused).
+//!    No `pow` call: the weights use only `*` and `sqrt`.
+//! 3. Initial centroids: running sums `C_i = C_{i-1} + w_i` (C_{-1} = 0,
+//!    ascending i); `T = C_200000`; for q = 1..=16 the target is
+//!    `t_q = (T * q) / 17` and the initial centroid `c_{q-1} = x_j` for the
+//!    smallest `j` with `C_j >= t_q`.
+//! 4. Lloyd iterations, at most 200: midpoints `b_i = (c_i + c_{i+1}) / 2`
+//!    (i = 0..15); grid point `x_j` belongs to cell `#{i : b_i < x_j}` (a point
+//!    exactly on a midpoint goes to the lower cell); for each cell,
+//!    `W = sum w_j`, `M = sum (w_j * x_j)` over its points in ascending `j`
+//!    (sequential, product rounded then added); new `c = M / W` (a cell with
+//!    `W == 0` keeps its centroid). `delta = max |c_new - c_old|`; the new
+//!    centroids replace the old; stop after this iteration if `delta < 1e-8`.
+//! 5. Odd symmetrization (the density is even, so the optimal quantizer is
+//!    odd; the quantile start on the discrete grid is not exactly symmetric and
+//!    Lloyd converges slowly, leaving ~1e-5 asymmetry in the innermost levels):
+//!    for q = 8..16: `s = (c_q - c_{15-q}) / 2; c_q = s; c_{15-q} = -s`.
+//! 6. The canonical codebook is `fp16_rne(c_q)` for q = 0..16 (ascending,
+//!    index 0 most negative); everything downstream uses these fp16 values.
+
+use crate::fp16::{f16_bits_to_f64, f64_to_f16_bits};
+use crate::Cq4Error;
+
+/// Grid half-width: the grid has `2 * GRID_HALF + 1` points.
+pub const GRID_HALF: usize = 100_000;
+/// Maximum Lloyd iterations.
+pub const MAX_ITERATIONS: usize = 200;
+/// Convergence threshold on the largest centroid move.
+pub const TOLERANCE: f64 = 1e-8;
+/// Codebook entries (4 bits).
+pub const LEVELS: usize = 16;
+
+/// A computed codebook for one dimension `d`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Codebook {
+    /// The dimension it was computed for.
+    pub d: usize,
+    /// The f64 Lloyd–Max result (after symmetrization, before fp16 rounding).
+    pub raw: [f64; LEVELS],
+    /// The canonical codebook: fp16 bits, ascending.
+    pub bits: [u16; LEVELS],
+    /// The canonical codebook as exact f64 values.
+    pub values: [f64; LEVELS],
+    /// Decision thresholds `(values[i] + values[i+1]) / 2` (exact in f64).
+    /// A rotated coordinate `x` gets index `#{i : midpoints[i] < x}`.
+    pub midpoints: [f64; LEVELS - 1],
+    /// Lloyd iterations performed.
+    pub iterations: usize,
+}
+
+/// `b^e` by square-and-multiply from the least significant bit (see module docs).
+fn ipow(mut b: f64, mut e: usize) -> f64 {
+    let mut r = 1.0;
+    while e > 0 {
+        if e & 1 == 1 {
+            r *= b;
+        }
+        b *= b;
+        e >>= 1;
+    }
+    r
+}
+
+/// The grid and its (unnormalized) density weights.
+fn grid(d: usize) -> (Vec<f64>, Vec<f64>) {
+    let n = 2 * GRID_HALF + 1;
+    let mut xs = Vec::with_capacity(n);
+    let mut ws = Vec::with_capacity(n);
+    for i in 0..n {
+        let x = (i as f64 - GRID_HALF as f64) / GRID_HALF as f64;
+        let p = 1.0 - x * x;
+        let w = if d.is_multiple_of(2) {
+            ipow(p, (d - 4) / 2) * p.sqrt()
+        } else {
+            ipow(p, (d - 3) / 2)
+        };
+        xs.push(x);
+        ws.push(w);
+    }
+    (xs, ws)
+}
+
+fn midpoints_of(c: &[f64; LEVELS]) -> [f64; LEVELS - 1] {
+    let mut m = [0.0; LEVELS - 1];
+    for i in 0..LEVELS - 1 {
+        m[i] = (c[i] + c[i + 1]) / 2.0;
+    }
+    m
+}
+
+/// Compute the Lloyd–Max codebook for dimension `d` (`d >= 4`).
+pub fn lloyd_max(d: usize) -> Result<Codebook, Cq4Error> {
+    if d < 4 {
+        return Err(Cq4Error::CodebookDimension { d });
+    }
+    let (xs, ws) = grid(d);
+
+    // Initial centroids at the quantiles q/17 of the discrete CDF.
+    let mut c = [0.0f64; LEVELS];
+    {
+        let mut total = 0.0;
+        for &w in &ws {
+            total += w;
+        }
+        let mut acc = 0.0;
+        let mut q = 1usize;
+        for (j, &w) in ws.iter().enumerate() {
+            acc += w;
+            while q <= LEVELS && acc >= (total * q as f64) / 17.0 {
+                c[q - 1] = xs[j];
+                q += 1;
+            }
+            if q > LEVELS {
+                break;
+            }
+        }
+        if q <= LEVELS {
+            return Err(Cq4Error::CodebookNotConverged { d });
+        }
+    }
+
+    let mut iterations = 0;
+    for _ in 0..MAX_ITERATIONS {
+        iterations += 1;
+        let b = midpoints_of(&c);
+        // Midpoints must be non-decreasing for the single sweep below to
+        // equal the counting rule #{i : b_i < x}.
+        if b.windows(2).any(|p| p[0] > p[1]) {
+            return Err(Cq4Error::CodebookNotConverged { d });
+        }
+        let mut wsum = [0.0f64; LEVELS];
+        let mut msum = [0.0f64; LEVELS];
+        let mut cell = 0usize;
+        for (&x, &w) in xs.iter().zip(&ws) {
+            while cell < LEVELS - 1 && b[cell] < x {
+                cell += 1;
+            }
+            wsum[cell] += w;
+            msum[cell] += w * x;
+        }
+        let mut delta = 0.0f64;
+        for q in 0..LEVELS {
+            if wsum[q] > 0.0 {
+                let nc = msum[q] / wsum[q];
+                delta = delta.max((nc - c[q]).abs());
+                c[q] = nc;
+            }
+        }
+        if delta < TOLERANCE {
+            break;
+        }
+    }
+
+    for q in LEVELS / 2..LEVELS {
+        let s = (c[q] - c[LEVELS - 1 - q]) / 2.0;
+        c[q] = s;
+        c[LEVELS - 1 - q] = -s;
+    }
+
+    let mut bits = [0u16; LEVELS];
+    let mut values = [0.0f64; LEVELS];
+    for q in 0..LEVELS {
+        bits[q] = f64_to_f16_bits(c[q]);
+        values[q] = f16_bits_to_f64(bits[q]);
+    }
+    if values.windows(2).any(|p| p[0] >= p[1]) || values.iter().any(|v| !v.is_finite()) {
+        return Err(Cq4Error::CodebookNotConverged { d });
+    }
+    Ok(Codebook {
+        d,
+        raw: c,
+        bits,
+        values,
+        midpoints: midpoints_of(&values),
+        iterations,
+    })
+}
+
+/// Index of `x` for the thresholds `m` (ascending): `#{i : m[i] < x}`.
+#[inline(always)]
+pub fn index_of(m: &[f64; LEVELS - 1], x: f64) -> u8 {
+    let mut idx = 0u8;
+    for &t in m {
+        idx += (t < x) as u8;
+    }
+    idx
+}
+
+/// `round_half_away_from_zero(v / cb_scale)` for each stored codebook value,
+/// computed in f32 (the int8 codebook the kernels use). Values outside the
+/// i8 range saturate.
+pub fn codebook_i8(stored: &[f32; LEVELS], cb_scale: f32) -> [i8; LEVELS] {
+    let mut out = [0i8; LEVELS];
+    for (o, &v) in out.iter_mut().zip(stored) {
+        *o = (v / cb_scale).round().clamp(-128.0, 127.0) as i8;
+    }
+    out
+}
+
+/// `cb_scale = max(max_i |stored_i| / 127, 1e-10)` in f32.
+pub fn cb_scale_of(stored: &[f32; LEVELS]) -> f32 {
+    let mut mx = 0.0f32;
+    for &v in stored {
+        mx = mx.max(v.abs());
+    }
+    (mx / 127.0).max(1e-10)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn d128_matches_engine_values() {
+        let cb = lloyd_max(128).unwrap();
+        let engine = [
+            0.01128, 0.03410, 0.05769, 0.08273, 0.11017, 0.14169, 0.18073, 0.23757,
+        ];
+        for (i, &e) in engine.iter().enumerate() {
+            let pos = cb.values[8 + i];
+            let neg = cb.values[7 - i];
+            // Within half an fp16 ulp (2^-11 relative, rounded up) plus the
+            // engine's 5-digit print precision.
+            let tol = e * 2f64.powi(-11) + 1e-5;
+            assert!((pos - e).abs() < tol, "c[{}] = {pos} vs {e}", 8 + i);
+            assert!((neg + e).abs() < tol, "c[{}] = {neg} vs -{e}", 7 - i);
+            // fp16 rounding is the only difference from the f64 result.
+            assert!(
+                (cb.raw[8 + i] - e).abs() < 1e-5,
+                "raw {} vs {e}",
+                cb.raw[8 + i]
+            );
+        }
+        // Exactly odd-symmetric.
+        for i in 0..8 {
+            assert_eq!(cb.bits[i], cb.bits[15 - i] ^ 0x8000);
+        }
+        assert!(cb.iterations < MAX_ITERATIONS);
+        eprintln!(
+            "d=128 raw {:?}\nfp16 {:?}\niterations {}",
+            cb.raw, cb.values, cb.iterations
+        );
+    }
+
+    #[test]
+    fn hadamard_int8_codebook() {
+        let cb = lloyd_max(128).unwrap();
+        let max = cb.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let cb_factor = max / 127.0;
+        let mut stored = [0f32; LEVELS];
+        for (s, &v) in stored.iter_mut().zip(&cb.values) {
+            *s = crate::fp16::f16_bits_to_f32(f64_to_f16_bits(v / cb_factor));
+        }
+        let scale = cb_scale_of(&stored);
+        assert_eq!(scale, 1.0);
+        assert_eq!(
+            codebook_i8(&stored, scale),
+            [-127, -97, -76, -59, -44, -31, -18, -6, 6, 18, 31, 44, 59, 76, 97, 127]
+        );
+    }
+
+    #[test]
+    fn index_rule() {
+        let cb = lloyd_max(128).unwrap();
+        let m = &cb.midpoints;
+        assert_eq!(index_of(m, -1.0), 0);
+        assert_eq!(index_of(m, 1.0), 15);
+        for i in 0..LEVELS - 1 {
+            // Ties go to the lower index.
+            assert_eq!(index_of(m, m[i]) as usize, i);
+            assert_eq!(index_of(m, m[i].next_up()) as usize, i + 1);
+        }
+        for (q, &v) in cb.values.iter().enumerate() {
+            assert_eq!(index_of(m, v) as usize, q);
+        }
+    }
+
+    #[test]
+    fn larger_dimensions_scale_like_sqrt_d() {
+        for d in [256usize, 640, 1024, 2048] {
+            let cb = lloyd_max(d).unwrap();
+            // The 4-bit Gaussian Lloyd–Max outer level is ~2.733 sigma,
+            // sigma = 1/sqrt(d); the sphere marginal is slightly narrower.
+            let outer = cb.values[15] * (d as f64).sqrt();
+            assert!((2.6..2.75).contains(&outer), "d={d} outer={outer}");
+            assert!(cb.values.windows(2).all(|p| p[0] < p[1]));
+        }
+        assert!(matches!(
+            lloyd_max(3),
+            Err(Cq4Error::CodebookDimension { d: 3 })
+        ));
+    }
+}

@@ -1,0 +1,697 @@
+//! The quantizer: [`Bundle`] (per-bundle rotations and codebooks) and
+//! [`PanelEncoder`] (one tensor, streamed in whole 64-row super-blocks).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use rayon::prelude::*;
+use weights_file::panel::{PanelGeometry, SUPER_BLOCK};
+use weights_file::{flags, Header, Precision};
+
+use crate::codebook::{self, cb_scale_of, codebook_i8, index_of, Codebook, LEVELS};
+use crate::decode::{decode_rows, Decoder, RtSource};
+use crate::fp16::{f16_bits_to_f32, f16_bits_to_f64, f64_to_f16_bits, F16_ONE};
+use crate::hadamard::{fwht128, HadamardRotation, FIXED_MAGIC, HADAMARD_N};
+use crate::orthogonal::{OrthogonalRotation, NR};
+use crate::{Cq4Error, Family, GROUP_SIZE};
+
+/// Smallest stored row/group norm before fp16 rounding (the clamp).
+pub const NORM_FLOOR: f64 = 1e-8;
+
+/// Rows per register tile of the orthogonal kernel.
+const MR: usize = 4;
+/// Inner products are accumulated in f32 over blocks of this many columns.
+const KB: usize = 64;
+
+/// `sqrt(128)` as the nearest f64.
+pub(crate) fn sqrt128() -> f64 {
+    (HADAMARD_N as f64).sqrt()
+}
+
+/// Per-bundle state: the seed, the Hadamard parameters, and caches of
+/// codebooks (per dimension) and orthogonal rotations (per `Kp`).
+///
+/// Caches are filled without holding a lock during computation (two threads
+/// may compute the same entry; the results are identical and the first
+/// stored wins), so a `Bundle` is safe to use from inside rayon tasks.
+#[derive(Debug)]
+pub struct Bundle {
+    seed: u64,
+    hadamard: HadamardRotation,
+    codebooks: Mutex<BTreeMap<usize, Arc<Codebook>>>,
+    rotations: Mutex<BTreeMap<usize, Arc<OrthogonalRotation>>>,
+}
+
+fn cached<T>(
+    map: &Mutex<BTreeMap<usize, Arc<T>>>,
+    key: usize,
+    make: impl FnOnce() -> Result<T, Cq4Error>,
+) -> Result<Arc<T>, Cq4Error> {
+    if let Some(v) = map.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(v.clone());
+    }
+    let v = Arc::new(make()?);
+    let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
+    Ok(m.entry(key).or_insert(v).clone())
+}
+
+impl Bundle {
+    /// A bundle for `seed` (the CLI's `--seed`; default [`crate::DEFAULT_SEED`]).
+    pub fn new(seed: u64) -> Self {
+        Bundle {
+            seed,
+            hadamard: HadamardRotation::from_seed(seed),
+            codebooks: Mutex::new(BTreeMap::new()),
+            rotations: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The bundle seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The Hadamard parameters shared by every Hadamard tensor of the bundle.
+    pub fn hadamard(&self) -> &HadamardRotation {
+        &self.hadamard
+    }
+
+    /// The canonical codebook for dimension `d` (cached).
+    pub fn codebook(&self, d: usize) -> Result<Arc<Codebook>, Cq4Error> {
+        cached(&self.codebooks, d, || codebook::lloyd_max(d))
+    }
+
+    /// The orthogonal rotation of width `kp` (cached; `O(kp^3)` the first time).
+    pub fn orthogonal(&self, kp: usize) -> Result<Arc<OrthogonalRotation>, Cq4Error> {
+        cached(&self.rotations, kp, || {
+            OrthogonalRotation::new(self.seed, kp)
+        })
+    }
+
+    /// An encoder for an `n x k` tensor (`k` unpadded) of `family`.
+    pub fn encoder(&self, family: Family, n: usize, k: usize) -> Result<PanelEncoder, Cq4Error> {
+        if n == 0 || k == 0 {
+            return Err(Cq4Error::EmptyTensor { n, k });
+        }
+        let kp = k
+            .checked_next_multiple_of(GROUP_SIZE)
+            .ok_or(Cq4Error::TooLarge { n, k })?;
+        let geometry = PanelGeometry::new(n, kp, GROUP_SIZE)?;
+        let (codebook, orth) = match family {
+            Family::Hadamard => (self.codebook(HADAMARD_N)?, None),
+            Family::Orthogonal => (self.codebook(kp)?, Some(self.orthogonal(kp)?)),
+        };
+        let max_abs = codebook.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let (cb_factor, stored_bits) = match family {
+            Family::Hadamard => {
+                let f = max_abs / 127.0;
+                let mut bits = [0u16; LEVELS];
+                for (b, &v) in bits.iter_mut().zip(&codebook.values) {
+                    *b = f64_to_f16_bits(v / f);
+                }
+                (f, bits)
+            }
+            Family::Orthogonal => (1.0, codebook.bits),
+        };
+        let mut stored32 = [0f32; LEVELS];
+        let mut stored64 = [0f64; LEVELS];
+        for i in 0..LEVELS {
+            stored32[i] = f16_bits_to_f32(stored_bits[i]);
+            stored64[i] = f16_bits_to_f64(stored_bits[i]);
+        }
+        let cb_scale = cb_scale_of(&stored32);
+        let filter_bound = orth
+            .as_ref()
+            .map(|r| filter_bound(kp, r.max_col_norm))
+            .unwrap_or(0.0);
+        let decoder = Decoder {
+            family,
+            geometry,
+            codebook: stored64,
+            input_scale: vec![1.0; kp],
+            hadamard: self.hadamard.clone(),
+            rt: match &orth {
+                Some(r) => RtSource::Shared(r.clone()),
+                None => RtSource::None,
+            },
+        };
+        Ok(PanelEncoder {
+            family,
+            k,
+            geometry,
+            codebook,
+            cb_factor,
+            stored_bits,
+            cb_scale,
+            hadamard: self.hadamard.clone(),
+            orth,
+            filter_bound,
+            decoder,
+        })
+    }
+}
+
+/// Rigorous bound on |f32-filter estimate - exact inner product| (see
+/// `orthogonal_superblock`). `u` is the f32 unit roundoff.
+fn filter_bound(kp: usize, max_col_norm: f64) -> f64 {
+    let u = 2f64.powi(-24);
+    let u64 = 2f64.powi(-53);
+    let gb = KB as f64 * u / (1.0 - KB as f64 * u);
+    let nb = (kp / KB) as f64;
+    let gnb = nb * u64 / (1.0 - nb * u64);
+    let block = gb * (1.0 + u) + u;
+    let coef = block + gnb * (1.0 + block);
+    // ||uf||_2 <= 1 + (rounding of norm and division, < 1e-9) + sqrt(Kp) * 2^-29.
+    let unorm = 1.0 + 1e-6 + (kp as f64).sqrt() * 2f64.powi(-29);
+    1.01 * coef * unorm * max_col_norm
+}
+
+/// The quantizer for one tensor. Cheap to share across threads.
+#[derive(Debug)]
+pub struct PanelEncoder {
+    family: Family,
+    k: usize,
+    geometry: PanelGeometry,
+    codebook: Arc<Codebook>,
+    cb_factor: f64,
+    stored_bits: [u16; LEVELS],
+    cb_scale: f32,
+    hadamard: HadamardRotation,
+    orth: Option<Arc<OrthogonalRotation>>,
+    filter_bound: f64,
+    decoder: Decoder,
+}
+
+/// Write the 4-bit index `idx` of (row `c` of the super-block, column `j`)
+/// into a zeroed super-block panel.
+#[inline(always)]
+fn put_nibble(panel: &mut [u8], c: usize, j: usize, idx: u8) {
+    let g = j / GROUP_SIZE;
+    let kg = (j % GROUP_SIZE) / 4;
+    let kc = j % 4;
+    let byte = (g * (GROUP_SIZE / 4) + kg) * 128 + 2 * c + kc / 2;
+    panel[byte] |= idx << (4 * (kc & 1));
+}
+
+/// Norm of `v` (sequential sum of squares, sqrt, clamped to [`NORM_FLOOR`]).
+#[inline]
+fn clamped_norm(v: &[f64]) -> f64 {
+    let mut ss = 0.0f64;
+    for &x in v {
+        ss += x * x;
+    }
+    ss.sqrt().max(NORM_FLOOR)
+}
+
+/// `u = x / norm` rounded to the 2^-28 grid.
+#[inline(always)]
+fn fixed(x: f64, norm: f64) -> f64 {
+    (x / norm + FIXED_MAGIC) - FIXED_MAGIC
+}
+
+impl PanelEncoder {
+    /// The rotation family.
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    /// The panel geometry: `n = N`, `k = Kp`, `gs = 128`.
+    pub fn geometry(&self) -> PanelGeometry {
+        self.geometry
+    }
+
+    /// Unpadded input columns `K` (row length expected by the encoder).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Padded input columns `Kp` (a multiple of 128; the file's `dims[1]`).
+    pub fn kp(&self) -> usize {
+        self.geometry.k()
+    }
+
+    /// The canonical (unscaled) codebook used for index decisions.
+    pub fn codebook(&self) -> &Codebook {
+        &self.codebook
+    }
+
+    /// `cb_factor`: stored norms are `fp16(norm * cb_factor)` and the stored
+    /// codebook is `fp16(c / cb_factor)` (Hadamard: `max|c| / 127`; orthogonal: 1).
+    pub fn cb_factor(&self) -> f64 {
+        self.cb_factor
+    }
+
+    /// The stored codebook (fp16 bits), as written to the scales blob.
+    pub fn stored_codebook(&self) -> [u16; LEVELS] {
+        self.stored_bits
+    }
+
+    /// `cb_scale = max(max|stored cb| / 127, 1e-10)` in f32.
+    pub fn cb_scale(&self) -> f32 {
+        self.cb_scale
+    }
+
+    /// The int8 codebook the kernels use.
+    pub fn cb_i8(&self) -> [i8; LEVELS] {
+        let mut s = [0f32; LEVELS];
+        for (d, &b) in s.iter_mut().zip(&self.stored_bits) {
+            *d = f16_bits_to_f32(b);
+        }
+        codebook_i8(&s, self.cb_scale)
+    }
+
+    /// The orthogonal rotation (orthogonal family only).
+    pub fn orthogonal(&self) -> Option<&OrthogonalRotation> {
+        self.orth.as_deref()
+    }
+
+    /// The container header for this tensor (`scales_bytes` from the layout).
+    pub fn header(&self) -> Header {
+        let g = &self.geometry;
+        let layout = g.scales_layout(self.family);
+        let mut dims = [0u64; 8];
+        dims[0] = g.n() as u64;
+        dims[1] = g.k() as u64;
+        let mut f = flags::PACKED_PANELS;
+        if self.family == Family::Orthogonal {
+            f |= flags::ORTHOGONAL_ROTATION;
+        }
+        Header {
+            flags: f,
+            alignment: weights_file::format::DEFAULT_ALIGNMENT,
+            ndim: 2,
+            dims,
+            precision: Precision::Cq(4).code(),
+            data_bytes: g.data_bytes() as u64,
+            scales_bytes: layout.scales_bytes as u64,
+            group_size: GROUP_SIZE as u32,
+            num_groups: g.num_groups() as u32,
+            original_n: g.n() as u64,
+        }
+    }
+
+    /// Validate a chunk and return its row count.
+    fn check_chunk(
+        &self,
+        first_row: usize,
+        rows_len: usize,
+        panels_len: usize,
+        norms_len: Option<usize>,
+    ) -> Result<usize, Cq4Error> {
+        let g = &self.geometry;
+        let n = g.n();
+        if !first_row.is_multiple_of(SUPER_BLOCK) || first_row >= n {
+            return Err(Cq4Error::BadChunk {
+                first_row,
+                rows: rows_len / self.k.max(1),
+                n,
+            });
+        }
+        if rows_len % self.k != 0 || rows_len == 0 {
+            return Err(Cq4Error::BufferLength {
+                what: "rows (a whole number of rows of K values)",
+                expected: self.k,
+                got: rows_len,
+            });
+        }
+        let nrows = rows_len / self.k;
+        let end = first_row.checked_add(nrows).ok_or(Cq4Error::BadChunk {
+            first_row,
+            rows: nrows,
+            n,
+        })?;
+        if end > n || (!nrows.is_multiple_of(SUPER_BLOCK) && end != n) {
+            return Err(Cq4Error::BadChunk {
+                first_row,
+                rows: nrows,
+                n,
+            });
+        }
+        let nsb = nrows.div_ceil(SUPER_BLOCK);
+        let want = nsb * g.superblock_bytes();
+        if panels_len != want {
+            return Err(Cq4Error::BufferLength {
+                what: "panels_out",
+                expected: want,
+                got: panels_len,
+            });
+        }
+        if let Some(len) = norms_len {
+            let want = nrows * g.num_groups();
+            if len != want {
+                return Err(Cq4Error::BufferLength {
+                    what: "norms",
+                    expected: want,
+                    got: len,
+                });
+            }
+        }
+        Ok(nrows)
+    }
+
+    /// Quantize rows `first_row..first_row + rows.len() / K` (row-major f32,
+    /// `K` unpadded values per row). `first_row` must be a multiple of 64 and
+    /// the chunk must be whole super-blocks, except that the last chunk of the
+    /// tensor ends at `N`. Writes the chunk's panels (`ceil(rows/64)`
+    /// super-blocks; padded rows are nibble 0) and its stored norms
+    /// (`rows x num_groups` fp16 bits). Super-blocks are processed in
+    /// parallel; the bytes do not depend on the thread count. On error the
+    /// output buffers hold unspecified bytes; the reported error is the one
+    /// of the lowest failing row.
+    pub fn encode_superblocks(
+        &self,
+        first_row: usize,
+        rows: &[f32],
+        panels_out: &mut [u8],
+        norms_out: &mut [u16],
+    ) -> Result<(), Cq4Error> {
+        let nrows = self.check_chunk(
+            first_row,
+            rows.len(),
+            panels_out.len(),
+            Some(norms_out.len()),
+        )?;
+        let k = self.k;
+        let ng = self.geometry.num_groups();
+        let sbb = self.geometry.superblock_bytes();
+        let results: Vec<Result<(), Cq4Error>> = rows
+            .par_chunks(SUPER_BLOCK * k)
+            .zip(panels_out.par_chunks_mut(sbb))
+            .zip(norms_out.par_chunks_mut(SUPER_BLOCK * ng))
+            .enumerate()
+            .map(|(s, ((sb_rows, panel), norms))| {
+                let row0 = first_row + s * SUPER_BLOCK;
+                let cnt = sb_rows.len() / k;
+                debug_assert!(cnt <= nrows);
+                panel.fill(0);
+                match self.family {
+                    Family::Hadamard => self.hadamard_superblock(row0, sb_rows, cnt, panel, norms),
+                    Family::Orthogonal => {
+                        self.orthogonal_superblock(row0, sb_rows, cnt, panel, norms)
+                    }
+                }
+            })
+            .collect();
+        results.into_iter().collect()
+    }
+
+    fn check_finite(&self, row: usize, values: &[f32]) -> Result<(), Cq4Error> {
+        match values.iter().position(|x| !x.is_finite()) {
+            Some(col) => Err(Cq4Error::NonFinite { row, col }),
+            None => Ok(()),
+        }
+    }
+
+    fn stored_norm(&self, row: usize, group: usize, norm: f64) -> Result<u16, Cq4Error> {
+        let bits = f64_to_f16_bits(norm * self.cb_factor);
+        if bits & 0x7FFF >= 0x7C00 {
+            return Err(Cq4Error::NormOverflow { row, group, norm });
+        }
+        Ok(bits)
+    }
+
+    fn hadamard_superblock(
+        &self,
+        row0: usize,
+        rows: &[f32],
+        cnt: usize,
+        panel: &mut [u8],
+        norms: &mut [u16],
+    ) -> Result<(), Cq4Error> {
+        let k = self.k;
+        let ng = self.geometry.num_groups();
+        let mid = &self.codebook.midpoints;
+        let had = &self.hadamard;
+        let s128 = sqrt128();
+        for c in 0..cnt {
+            let row = &rows[c * k..(c + 1) * k];
+            self.check_finite(row0 + c, row)?;
+            for g in 0..ng {
+                let mut v = [0.0f64; HADAMARD_N];
+                let lo = g * HADAMARD_N;
+                let hi = (lo + HADAMARD_N).min(k);
+                for (d, &x) in v.iter_mut().zip(&row[lo..hi]) {
+                    *d = x as f64;
+                }
+                let norm = clamped_norm(&v);
+                let mut a = [0.0f64; HADAMARD_N];
+                for i in 0..HADAMARD_N {
+                    a[i] = had.left[i] as f64 * fixed(v[i], norm);
+                }
+                fwht128(&mut a);
+                let mut idx = [0u8; HADAMARD_N];
+                for (d, &p) in idx.iter_mut().zip(&had.perm) {
+                    let p = p as usize;
+                    let rot = (had.right[p] as f64 * a[p]) / s128;
+                    *d = index_of(mid, rot);
+                }
+                for (kg, q) in idx.chunks_exact(4).enumerate() {
+                    let byte = (g * (GROUP_SIZE / 4) + kg) * 128 + 2 * c;
+                    panel[byte] = q[0] | (q[1] << 4);
+                    panel[byte + 1] = q[2] | (q[3] << 4);
+                }
+                norms[c * ng + g] = self.stored_norm(row0 + c, g, norm)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Orthogonal family. For each row: `norm` over all `Kp` values, `uf` on
+    /// the 2^-28 grid, `rotated_j = sum_k uf_k * R[k][j]` (exact in f64, see the
+    /// contract). Implementation: an f32 estimate (products and sums in f32
+    /// within blocks of `KB` columns, blocks summed in f64) whose distance to
+    /// the exact value is provably below `filter_bound`; when a midpoint lies
+    /// within that distance the exact f64 sum decides.
+    fn orthogonal_superblock(
+        &self,
+        row0: usize,
+        rows: &[f32],
+        cnt: usize,
+        panel: &mut [u8],
+        norms: &mut [u16],
+    ) -> Result<(), Cq4Error> {
+        let Some(rot) = self.orth.as_deref() else {
+            return Err(Cq4Error::BadRotation(
+                "orthogonal encoder without a rotation",
+            ));
+        };
+        let k = self.k;
+        let kp = self.kp();
+        let ng = self.geometry.num_groups();
+        let mid = &self.codebook.midpoints;
+        let nrb = cnt.div_ceil(MR);
+        // uf in f64 (row-major) for the exact path; packed f32 [rb][k][MR] for the filter.
+        let mut uf = vec![0.0f64; cnt * kp];
+        let mut apack = vec![0.0f32; nrb * kp * MR];
+        for c in 0..cnt {
+            let row = &rows[c * k..(c + 1) * k];
+            self.check_finite(row0 + c, row)?;
+            let ufr = &mut uf[c * kp..(c + 1) * kp];
+            for (d, &x) in ufr.iter_mut().zip(row) {
+                *d = x as f64;
+            }
+            let norm = clamped_norm(&ufr[..k]);
+            for d in ufr.iter_mut() {
+                *d = fixed(*d, norm);
+            }
+            let (rb, r) = (c / MR, c % MR);
+            let blk = &mut apack[rb * kp * MR..(rb + 1) * kp * MR];
+            for (kk, &x) in ufr.iter().enumerate() {
+                blk[kk * MR + r] = x as f32;
+            }
+            let bits = self.stored_norm(row0 + c, 0, norm)?;
+            norms[c * ng..(c + 1) * ng].fill(bits);
+        }
+        let e = self.filter_bound;
+        for (p, bpanel) in rot.packed.chunks_exact(kp * NR).enumerate() {
+            for rb in 0..nrb {
+                let acc = tile(&apack[rb * kp * MR..(rb + 1) * kp * MR], bpanel);
+                for (r, accr) in acc.iter().enumerate() {
+                    let c = rb * MR + r;
+                    if c >= cnt {
+                        break;
+                    }
+                    for (q, &est) in accr.iter().enumerate() {
+                        let j = p * NR + q;
+                        let i = index_of(mid, est) as usize;
+                        let sure = (i == 0 || mid[i - 1] < est - e)
+                            && (i == LEVELS - 1 || mid[i] > est + e);
+                        let idx = if sure {
+                            i as u8
+                        } else {
+                            index_of(
+                                mid,
+                                exact_dot(
+                                    &uf[c * kp..(c + 1) * kp],
+                                    &rot.rt32[j * kp..(j + 1) * kp],
+                                ),
+                            )
+                        };
+                        put_nibble(panel, c, j, idx);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The exact orthogonal-family rotated coordinates of one row (for tests
+    /// and the reference path): `uf @ R` summed sequentially over `k` in f64.
+    pub fn orthogonal_reference_indices(&self, row: &[f32]) -> Result<Vec<u8>, Cq4Error> {
+        let rot = self
+            .orth
+            .as_deref()
+            .ok_or(Cq4Error::BadRotation("not an orthogonal encoder"))?;
+        if row.len() != self.k {
+            return Err(Cq4Error::BufferLength {
+                what: "row",
+                expected: self.k,
+                got: row.len(),
+            });
+        }
+        let kp = self.kp();
+        let mut v = vec![0.0f64; kp];
+        for (d, &x) in v.iter_mut().zip(row) {
+            *d = x as f64;
+        }
+        let norm = clamped_norm(&v);
+        let uf: Vec<f64> = v.iter().map(|&x| fixed(x, norm)).collect();
+        Ok((0..kp)
+            .map(|j| {
+                index_of(
+                    &self.codebook.midpoints,
+                    exact_dot(&uf, &rot.rt32[j * kp..(j + 1) * kp]),
+                )
+            })
+            .collect())
+    }
+
+    /// The scales blob for the whole tensor, given all `N x num_groups`
+    /// stored norms (the concatenation of every chunk's `norms_out`).
+    pub fn scales_blob(&self, norms: &[u16]) -> Result<Vec<u8>, Cq4Error> {
+        let g = &self.geometry;
+        let ng = g.num_groups();
+        if norms.len() != g.n() * ng {
+            return Err(Cq4Error::BufferLength {
+                what: "norms",
+                expected: g.n() * ng,
+                got: norms.len(),
+            });
+        }
+        let layout = g.scales_layout(self.family);
+        let mut out = Vec::with_capacity(layout.scales_bytes);
+        for b in self.stored_bits {
+            out.extend_from_slice(&b.to_le_bytes());
+        }
+        // input_scale = 1.0, recip = fp16(min(1 / max(1.0, 1e-8), 65504)) = 1.0.
+        for _ in 0..2 * g.k() {
+            out.extend_from_slice(&F16_ONE.to_le_bytes());
+        }
+        for &b in norms {
+            out.extend_from_slice(&b.to_le_bytes());
+        }
+        out.resize(out.len() + layout.pad.len, 0);
+        for sb in 0..g.sb64() {
+            for grp in 0..ng {
+                for c in 0..SUPER_BLOCK {
+                    let n = sb * SUPER_BLOCK + c;
+                    let f = if n < g.n() {
+                        f16_bits_to_f32(norms[n * ng + grp]) * self.cb_scale
+                    } else {
+                        0.0
+                    };
+                    out.extend_from_slice(&f.to_le_bytes());
+                }
+            }
+        }
+        match &self.orth {
+            None => {
+                out.extend(self.hadamard.left.iter().map(|&s| s as u8));
+                out.extend(self.hadamard.right.iter().map(|&s| s as u8));
+                for p in self.hadamard.perm {
+                    out.extend_from_slice(&p.to_le_bytes());
+                }
+            }
+            Some(rot) => {
+                for &b in rot.r_bits() {
+                    out.extend_from_slice(&b.to_le_bytes());
+                }
+                for b in rot.rt_bits() {
+                    out.extend_from_slice(&b.to_le_bytes());
+                }
+            }
+        }
+        if out.len() != layout.scales_bytes {
+            return Err(Cq4Error::BufferLength {
+                what: "scales blob (internal)",
+                expected: layout.scales_bytes,
+                got: out.len(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Dequantize a chunk the encoder produced (same chunk rules as
+    /// [`Self::encode_superblocks`]): `out` is `rows x Kp` f32. This is the
+    /// very function [`crate::PanelTensorView::dequantize_rows`] runs on a
+    /// parsed file.
+    pub fn dequantize_superblocks(
+        &self,
+        first_row: usize,
+        panels: &[u8],
+        norms: &[u16],
+        out: &mut [f32],
+    ) -> Result<(), Cq4Error> {
+        let kp = self.kp();
+        if !out.len().is_multiple_of(kp) {
+            return Err(Cq4Error::BufferLength {
+                what: "out (rows x Kp)",
+                expected: kp,
+                got: out.len(),
+            });
+        }
+        let nrows = out.len() / kp;
+        // Reuse the chunk validation with the unpadded row length.
+        self.check_chunk(first_row, nrows * self.k, panels.len(), Some(norms.len()))?;
+        decode_rows(&self.decoder, panels, norms, nrows, out);
+        Ok(())
+    }
+}
+
+/// `sum_k u[k] * r[k]` in f64, sequential in `k`.
+#[inline]
+fn exact_dot(u: &[f64], r: &[f32]) -> f64 {
+    let mut s = 0.0f64;
+    for (&a, &b) in u.iter().zip(r) {
+        s += a * b as f64;
+    }
+    s
+}
+
+/// f32 register tile: rows `MR` of the packed A block times the `NR` columns
+/// of one packed R panel, summed in f32 over blocks of `KB` columns and in f64
+/// across blocks.
+#[inline(always)]
+fn tile(a: &[f32], b: &[f32]) -> [[f64; NR]; MR] {
+    let (ablocks, _) = a.as_chunks::<{ MR * KB }>();
+    let (bblocks, _) = b.as_chunks::<{ NR * KB }>();
+    let mut acc64 = [[0.0f64; NR]; MR];
+    for (ab, bb) in ablocks.iter().zip(bblocks) {
+        let (av, _) = ab.as_chunks::<MR>();
+        let (bv, _) = bb.as_chunks::<NR>();
+        let mut acc = [[0.0f32; NR]; MR];
+        for (x, y) in av.iter().zip(bv) {
+            for r in 0..MR {
+                for q in 0..NR {
+                    acc[r][q] += x[r] * y[q];
+                }
+            }
+        }
+        for r in 0..MR {
+            for q in 0..NR {
+                acc64[r][q] += acc[r][q] as f64;
+            }
+        }
+    }
+    acc64
+}
