@@ -38,6 +38,28 @@ pub enum Command {
     /// Show the header, flags and region layout of a `.weights` file, or the
     /// table of files of an output folder (from its manifest.json).
     Inspect(InspectArgs),
+    /// Re-check every file of a bundle (or one file): sha256 against the
+    /// manifest, container validation, and a GEMV over the file's own bytes
+    /// on every available ISA compared with a dequantize-then-FP32 oracle.
+    /// Exit code 1 on any failure.
+    Verify(VerifyArgs),
+}
+
+/// `convert verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// An output folder (with manifest.json) or a single `.weights` file.
+    pub path: PathBuf,
+    /// Which kernels to run: all (every ISA this CPU has), scalar, avx2,
+    /// avx512, neon, sme2.
+    #[arg(long, default_value = "all")]
+    pub isa: String,
+    /// Skip the sha256 check against the manifest (numeric checks only).
+    #[arg(long)]
+    pub no_hash: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `convert inspect`.

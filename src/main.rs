@@ -8,6 +8,7 @@ mod inspect;
 mod manifest;
 mod output;
 mod sidecar;
+mod verify;
 
 use std::process::ExitCode;
 
@@ -17,6 +18,7 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         Some(cli::Command::Inspect(args)) => inspect::run(&args),
+        Some(cli::Command::Verify(args)) => verify::run(&args),
         None => convert::run(&cli.convert),
     };
     match result {
