@@ -145,6 +145,23 @@ pub struct ConvertArgs {
     #[arg(required = true)]
     pub output: Option<PathBuf>,
 
+    /// Quantize matmul weights to CQ4 packed panels (only 4 is supported):
+    /// Hadamard family for ordinary matmul weights, orthogonal family for the
+    /// token embedding and lm_head; norms and other small tensors become
+    /// plain FP16 (FP32 where fp16 would overflow).
+    #[arg(long, value_name = "4", conflicts_with_all = ["plain", "qtype"])]
+    pub bits: Option<u32>,
+
+    /// With --bits 4: tensors already in Q8_0/Q5_0/Q4_K/Q5_K/Q6_K stay in
+    /// their ggml type as R4/R8 sidecars instead of being requantized.
+    #[arg(long, requires = "bits")]
+    pub keep_quant: bool,
+
+    /// With --bits 4: seed of the bundle's random rotations (Hadamard signs
+    /// and permutation, orthogonal matrices). Output bytes depend on it.
+    #[arg(long, requires = "bits", value_name = "U64")]
+    pub seed: Option<u64>,
+
     /// Write every tensor as a plain row-major FP16 file (FP32 where a value
     /// does not fit fp16) instead of keeping or quantizing it.
     #[arg(long, conflicts_with_all = ["qtype", "interleave"])]

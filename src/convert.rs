@@ -35,6 +35,8 @@ pub enum Action {
     },
     /// Stays in the source file; only listed in the manifest.
     Source,
+    /// CQ4 packed panels of the given rotation family.
+    Panels(cq4::Family),
 }
 
 impl Action {
@@ -54,6 +56,7 @@ impl Action {
                 }
             ),
             Action::Source => "stays in the source file".into(),
+            Action::Panels(f) => format!("CQ4 packed panels, {} rotation", family_name(f)),
         }
     }
 
@@ -64,6 +67,7 @@ impl Action {
                 format!(".{}.r{factor}.weights", ty.name().to_ascii_lowercase())
             }
             Action::Source => String::new(),
+            Action::Panels(_) => ".cq4p.weights".into(),
         }
     }
 
@@ -91,6 +95,20 @@ pub enum Mode {
     },
     /// Plain FP16/FP32 for everything.
     Plain,
+    /// CQ4 panels for matmul weights, embeddings and lm_head; plain for the rest.
+    Cq4 {
+        keep_quant: bool,
+        factor: usize,
+        seed: u64,
+    },
+}
+
+/// "hadamard" or "orthogonal".
+pub fn family_name(f: cq4::Family) -> &'static str {
+    match f {
+        cq4::Family::Hadamard => "hadamard",
+        cq4::Family::Orthogonal => "orthogonal",
+    }
 }
 
 /// One planned job.
@@ -104,25 +122,44 @@ pub struct Job<'c> {
 pub struct Options {
     pub dtype: TorchDtype,
     pub mode: Mode,
+    /// CQ4 bundle state (rotations, codebooks) shared by all tensors.
+    pub bundle: Option<cq4::Bundle>,
 }
 
 impl Options {
-    fn from_args(args: &ConvertArgs) -> Self {
-        let mode = if args.plain {
+    fn from_args(args: &ConvertArgs) -> Result<Self> {
+        let factor = args
+            .interleave
+            .as_deref()
+            .map_or(8, |f| if f == "4" { 4 } else { 8 });
+        let mode = if let Some(bits) = args.bits {
+            if bits != 4 {
+                return Err(bad_input(format!(
+                    "--bits {bits} is not supported: only --bits 4 (CQ4 packed panels) is"
+                )));
+            }
+            Mode::Cq4 {
+                keep_quant: args.keep_quant,
+                factor,
+                seed: args.seed.unwrap_or(cq4::DEFAULT_SEED),
+            }
+        } else if args.plain {
             Mode::Plain
         } else {
             Mode::Keep {
                 qtype: args.qtype.map(Into::into),
-                factor: args
-                    .interleave
-                    .as_deref()
-                    .map_or(8, |f| if f == "4" { 4 } else { 8 }),
+                factor,
             }
         };
-        Options {
+        let bundle = match mode {
+            Mode::Cq4 { seed, .. } => Some(cq4::Bundle::new(seed)),
+            _ => None,
+        };
+        Ok(Options {
             dtype: args.torch_dtype.into(),
             mode,
-        }
+            bundle,
+        })
     }
 
     fn to_json(&self) -> serde_json::Value {
@@ -134,6 +171,18 @@ impl Options {
                 "qtype": qtype.map(|q| q.to_string()),
                 "interleave": factor,
             }),
+            Mode::Cq4 {
+                keep_quant,
+                factor,
+                seed,
+            } => serde_json::json!({
+                "mode": "cq4",
+                "bits": 4,
+                "torch_dtype": self.dtype.name(),
+                "seed": seed,
+                "keep_quant": keep_quant,
+                "interleave": factor,
+            }),
         }
     }
 }
@@ -142,7 +191,7 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
     let started = Instant::now();
     let input = args.input.as_deref().expect("clap requires INPUT");
     let out = args.output.as_deref().expect("clap requires OUTPUT");
-    let opts = Options::from_args(args);
+    let opts = Options::from_args(args)?;
     let threads = match args.threads {
         Some(0) => return Err(bad_input("--threads must be at least 1")),
         Some(n) => n,
@@ -243,19 +292,46 @@ fn is_float(t: GgmlType) -> bool {
     matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
 }
 
+/// Fail early (before any file is written) for types that cannot be decoded.
+fn decodable(cat: &Catalogue, t: &Tensor) -> Result<()> {
+    if ggml_quants::supports_decode(t.dtype) {
+        Ok(())
+    } else {
+        Err(bad_input(format!(
+            "tensor '{}' in {}: ggml type {} cannot be decoded (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+            t.name,
+            cat.file_of(t).display(),
+            t.dtype
+        )))
+    }
+}
+
 fn action_for(cat: &Catalogue, t: &Tensor, opts: &Options) -> Result<Action> {
     let matrix = t.shape.len() == 2;
     Ok(match opts.mode {
         Mode::Plain => {
-            if !ggml_quants::supports_decode(t.dtype) {
-                return Err(bad_input(format!(
-                    "tensor '{}' in {}: --plain cannot decode ggml type {}",
-                    t.name,
-                    cat.file_of(t).display(),
-                    t.dtype
-                )));
-            }
+            decodable(cat, t)?;
             Action::Plain
+        }
+        Mode::Cq4 {
+            keep_quant, factor, ..
+        } => {
+            if keep_quant && matrix && SIDECAR_TYPES.contains(&t.dtype) {
+                Action::Sidecar {
+                    ty: t.dtype,
+                    factor,
+                    requantize: false,
+                }
+            } else if matrix && matches!(t.role, Role::TokenEmbedding | Role::Output) {
+                decodable(cat, t)?;
+                Action::Panels(cq4::Family::Orthogonal)
+            } else if matrix && t.role == Role::Matmul {
+                decodable(cat, t)?;
+                Action::Panels(cq4::Family::Hadamard)
+            } else {
+                decodable(cat, t)?;
+                Action::Plain
+            }
         }
         Mode::Keep { qtype, factor } => {
             if matrix && SIDECAR_TYPES.contains(&t.dtype) {
@@ -538,6 +614,13 @@ fn run_job(
         } => crate::sidecar::write_sidecar(
             cat, t, ty, factor, requantize, opts.dtype, path, &job.file,
         ),
+        Action::Panels(family) => {
+            let Mode::Cq4 { seed, .. } = opts.mode else {
+                unreachable!("panels only in cq4 mode")
+            };
+            let bundle = opts.bundle.as_ref().expect("cq4 mode has a bundle");
+            crate::panels::write_panels(cat, t, family, bundle, seed, opts.dtype, path, &job.file)
+        }
         Action::Source => Ok(Entry {
             tensor: t.name.clone(),
             role: t.role.as_str().into(),

@@ -113,6 +113,51 @@ fn read_file(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
+/// Geometry and scales sub-regions (absolute offsets) of a CQ4 panel file.
+fn panel_details(h: &weights_file::Header, scales_offset: u64) -> Result<serde_json::Value> {
+    use weights_file::panel::{PanelGeometry, RotationFamily, RotationRegions};
+    let g = PanelGeometry::new(
+        h.dims[0] as usize,
+        h.dims[1] as usize,
+        h.group_size as usize,
+    )
+    .map_err(|e| bad_input(format!("impossible panel geometry: {e}")))?;
+    let family = if h.flags & flags::ORTHOGONAL_ROTATION != 0 {
+        RotationFamily::Orthogonal
+    } else {
+        RotationFamily::Hadamard
+    };
+    let sl = g.scales_layout(family);
+    let at = |r: weights_file::panel::Region| serde_json::json!({ "offset": scales_offset + r.offset as u64, "bytes": r.len });
+    let mut scales = serde_json::json!({
+        "codebook fp16[16]": at(sl.codebook),
+        "input_scale fp16[K]": at(sl.input_scale),
+        "recip fp16[K]": at(sl.recip),
+        "norms fp16[N][ng]": at(sl.norms),
+        "padding": at(sl.pad),
+        "folded fp32[SB64][ng][64]": at(sl.folded),
+    });
+    match sl.rotation {
+        RotationRegions::Hadamard { left, right, perm } => {
+            scales["left i8[128]"] = at(left);
+            scales["right i8[128]"] = at(right);
+            scales["perm u32[128]"] = at(perm);
+        }
+        RotationRegions::Orthogonal { r, r_t } => {
+            scales["R fp16[K][K]"] = at(r);
+            scales["R^T fp16[K][K]"] = at(r_t);
+        }
+    }
+    Ok(serde_json::json!({
+        "family": if family == RotationFamily::Orthogonal { "orthogonal" } else { "hadamard" },
+        "sb64": g.sb64(),
+        "padded_N": g.padded_n(),
+        "panel": "[SB64][ng][gs/4][128 B]: 64 channels x 4 K per 128-byte block, low nibble first",
+        "superblock_bytes": g.superblock_bytes(),
+        "scales": scales,
+    }))
+}
+
 /// The JSON description of one file.
 pub fn describe_file_json(name: &str, bytes: &[u8]) -> Result<serde_json::Value> {
     let f =
@@ -127,6 +172,10 @@ pub fn describe_file_json(name: &str, bytes: &[u8]) -> Result<serde_json::Value>
         None => String::new(),
     };
     let mut details = serde_json::Value::Null;
+    if h.precision() == Some(weights_file::Precision::Cq(4)) && h.flags & flags::PACKED_PANELS != 0
+    {
+        details = panel_details(&h, l.scales_offset)?;
+    }
     if let Some(weights_file::Precision::Ggml(id)) = h.precision() {
         if let Some(ty) = ggml_quants::GgmlType::from_id(id) {
             let factor = if h.flags & flags::ROW_INTERLEAVE_4 != 0 {
@@ -227,7 +276,26 @@ fn inspect_file(path: &Path, json: bool) -> Result<String> {
     if let Some(obj) = d["layout"].as_object() {
         writeln!(s, "layout:")?;
         for (k, v) in obj {
-            writeln!(s, "  {:<17} {}", format!("{k}:"), v)?;
+            match v.as_object() {
+                Some(sub) => {
+                    writeln!(s, "  {k}:")?;
+                    for (name, r) in sub {
+                        let off = r["offset"].as_u64().unwrap_or(0);
+                        let len = r["bytes"].as_u64().unwrap_or(0);
+                        writeln!(
+                            s,
+                            "    {name:<27} {off:>10} .. {:<10} ({len} bytes)",
+                            off + len
+                        )?;
+                    }
+                }
+                None => writeln!(
+                    s,
+                    "  {:<19} {}",
+                    format!("{k}:"),
+                    v.as_str().map_or(v.to_string(), str::to_string)
+                )?,
+            }
         }
     }
     Ok(s)

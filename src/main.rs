@@ -7,6 +7,7 @@ mod failure;
 mod inspect;
 mod manifest;
 mod output;
+mod panels;
 mod sidecar;
 mod verify;
 

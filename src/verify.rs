@@ -6,5 +6,8 @@ use crate::cli::VerifyArgs;
 use crate::failure::bad_input;
 
 pub fn run(args: &VerifyArgs) -> Result<()> {
-    Err(bad_input(format!("{}: verify is not implemented yet", args.path.display())))
+    Err(bad_input(format!(
+        "{}: verify is not implemented yet",
+        args.path.display()
+    )))
 }

@@ -26,7 +26,7 @@ pub fn supports_encode(ty: GgmlType) -> bool {
 /// Bytes of one row of `ncols` weights of `ty`, or why that is not a valid row.
 pub fn row_bytes(ty: GgmlType, ncols: usize) -> Result<usize, QuantError> {
     let block_size = ty.block_size();
-    if ncols == 0 || ncols % block_size != 0 {
+    if ncols == 0 || !ncols.is_multiple_of(block_size) {
         return Err(QuantError::BadRowWidth {
             ty,
             ncols,
@@ -47,7 +47,7 @@ fn check_geometry(
     bytes: usize,
 ) -> Result<usize, QuantError> {
     let rb = row_bytes(ty, ncols)?;
-    if values % ncols != 0 {
+    if !values.is_multiple_of(ncols) {
         return Err(QuantError::PartialRow {
             ty,
             ncols,

@@ -169,7 +169,7 @@ impl GgmlType {
     /// multiple of the block size or the product overflows.
     pub fn row_bytes(self, ncols: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if ncols % bs != 0 {
+        if !ncols.is_multiple_of(bs) {
             return None;
         }
         (ncols / bs).checked_mul(self.type_size() as u64)

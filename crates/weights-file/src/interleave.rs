@@ -93,7 +93,7 @@ pub fn validate(
     if block_bytes == 0 {
         return Err(InterleaveError::ZeroBlockBytes);
     }
-    if row_bytes == 0 || row_bytes % block_bytes != 0 {
+    if row_bytes == 0 || !row_bytes.is_multiple_of(block_bytes) {
         return Err(InterleaveError::RowNotWholeBlocks {
             row_bytes,
             block_bytes,
