@@ -2,6 +2,7 @@
 //! [`PanelEncoder`] (one tensor, streamed in whole 64-row super-blocks).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
@@ -22,6 +23,10 @@ pub const NORM_FLOOR: f64 = 1e-8;
 const MR: usize = 4;
 /// Inner products are accumulated in f32 over blocks of this many columns.
 const KB: usize = 64;
+/// f32 SIMD width the tile is written for (SSE2 / NEON: 4).
+const LANES: usize = 4;
+/// Row blocks (of `MR` rows) that share one pass over the packed rotation.
+const RG_BLOCKS: usize = 4;
 
 /// `sqrt(128)` as the nearest f64.
 pub(crate) fn sqrt128() -> f64 {
@@ -147,6 +152,7 @@ impl Bundle {
             orth,
             filter_bound,
             decoder,
+            fallbacks: AtomicU64::new(0),
         })
     }
 }
@@ -180,6 +186,7 @@ pub struct PanelEncoder {
     orth: Option<Arc<OrthogonalRotation>>,
     filter_bound: f64,
     decoder: Decoder,
+    fallbacks: AtomicU64,
 }
 
 /// Write the 4-bit index `idx` of (row `c` of the super-block, column `j`)
@@ -258,6 +265,18 @@ impl PanelEncoder {
             *d = f16_bits_to_f32(b);
         }
         codebook_i8(&s, self.cb_scale)
+    }
+
+    /// Diagnostics: how many orthogonal-family coordinates so far were
+    /// decided by the exact f64 sum because the f32 estimate was within the
+    /// error bound of a midpoint (the bytes are the same either way).
+    pub fn exact_fallbacks(&self) -> u64 {
+        self.fallbacks.load(Ordering::Relaxed)
+    }
+
+    /// The filter's proven bound on |f32 estimate - exact rotated value|.
+    pub fn filter_bound(&self) -> f64 {
+        self.filter_bound
     }
 
     /// The orthogonal rotation (orthogonal family only).
@@ -480,9 +499,11 @@ impl PanelEncoder {
         let ng = self.geometry.num_groups();
         let mid = &self.codebook.midpoints;
         let nrb = cnt.div_ceil(MR);
-        // uf in f64 (row-major) for the exact path; packed f32 [rb][k][MR] for the filter.
+        // uf in f64 (row-major) for the exact path; for the filter, f32 packed
+        // [rb][k][MR][LANES] with each value repeated LANES times (the tile
+        // then needs no broadcasts).
         let mut uf = vec![0.0f64; cnt * kp];
-        let mut apack = vec![0.0f32; nrb * kp * MR];
+        let mut apack = vec![[[0.0f32; LANES]; MR]; nrb * kp];
         for c in 0..cnt {
             let row = &rows[c * k..(c + 1) * k];
             self.check_finite(row0 + c, row)?;
@@ -495,43 +516,51 @@ impl PanelEncoder {
                 *d = fixed(*d, norm);
             }
             let (rb, r) = (c / MR, c % MR);
-            let blk = &mut apack[rb * kp * MR..(rb + 1) * kp * MR];
-            for (kk, &x) in ufr.iter().enumerate() {
-                blk[kk * MR + r] = x as f32;
+            for (dst, &x) in apack[rb * kp..(rb + 1) * kp].iter_mut().zip(ufr.iter()) {
+                dst[r] = [x as f32; LANES];
             }
             let bits = self.stored_norm(row0 + c, 0, norm)?;
             norms[c * ng..(c + 1) * ng].fill(bits);
         }
         let e = self.filter_bound;
-        for (p, bpanel) in rot.packed.chunks_exact(kp * NR).enumerate() {
-            for rb in 0..nrb {
-                let acc = tile(&apack[rb * kp * MR..(rb + 1) * kp * MR], bpanel);
-                for (r, accr) in acc.iter().enumerate() {
-                    let c = rb * MR + r;
-                    if c >= cnt {
-                        break;
-                    }
-                    for (q, &est) in accr.iter().enumerate() {
-                        let j = p * NR + q;
-                        let i = index_of(mid, est) as usize;
-                        let sure = (i == 0 || mid[i - 1] < est - e)
-                            && (i == LEVELS - 1 || mid[i] > est + e);
-                        let idx = if sure {
-                            i as u8
-                        } else {
-                            index_of(
-                                mid,
-                                exact_dot(
-                                    &uf[c * kp..(c + 1) * kp],
-                                    &rot.rt32[j * kp..(j + 1) * kp],
-                                ),
-                            )
-                        };
-                        put_nibble(panel, c, j, idx);
+        let mut padded = [f64::NEG_INFINITY; LEVELS + 1];
+        padded[1..LEVELS].copy_from_slice(mid);
+        padded[LEVELS] = f64::INFINITY;
+        let mut fallbacks = 0u64;
+        let (bpanels, _) = rot.packed.as_chunks::<NR>();
+        // Row groups of RG_BLOCKS tiles share each R panel while it is in L1.
+        for rb0 in (0..nrb).step_by(RG_BLOCKS) {
+            let rb1 = (rb0 + RG_BLOCKS).min(nrb);
+            for (p, bpanel) in bpanels.chunks_exact(kp).enumerate() {
+                for rb in rb0..rb1 {
+                    let acc = tile(&apack[rb * kp..(rb + 1) * kp], bpanel);
+                    for (r, accr) in acc.iter().enumerate() {
+                        let c = rb * MR + r;
+                        if c >= cnt {
+                            break;
+                        }
+                        for (q, &est) in accr.iter().enumerate() {
+                            let j = p * NR + q;
+                            let (i, sure) = filter_decision(&padded, est, e);
+                            let idx = if sure {
+                                i
+                            } else {
+                                fallbacks += 1;
+                                index_of(
+                                    mid,
+                                    exact_dot(
+                                        &uf[c * kp..(c + 1) * kp],
+                                        &rot.rt32[j * kp..(j + 1) * kp],
+                                    ),
+                                )
+                            };
+                            put_nibble(panel, c, j, idx);
+                        }
                     }
                 }
             }
         }
+        self.fallbacks.fetch_add(fallbacks, Ordering::Relaxed);
         Ok(())
     }
 
@@ -658,35 +687,69 @@ impl PanelEncoder {
     }
 }
 
-/// `sum_k u[k] * r[k]` in f64, sequential in `k`.
+/// For an estimate `est` within `e` of the exact value: its index
+/// `#{i : m_i < est}` by branch-free binary search over
+/// `padded = [-inf, m_0, .., m_14, +inf]`, and whether no midpoint lies in
+/// `[est - e, est + e]` (then the exact value has the same index).
+#[inline(always)]
+fn filter_decision(padded: &[f64; LEVELS + 1], est: f64, e: f64) -> (u8, bool) {
+    // idx = #{i : m_i < est}; padded[idx + 1] = m_idx.
+    let mut idx = 0usize;
+    for step in [8usize, 4, 2, 1] {
+        if padded[idx + step] < est {
+            idx += step;
+        }
+    }
+    let sure = padded[idx] < est - e && padded[idx + 1] > est + e;
+    (idx as u8, sure)
+}
+
+/// `sum_k u[k] * r[k]` in f64. The contract defines this sum sequentially in
+/// `k`; for CQ4 operands (`u` on the 2^-28 grid with `||u|| <= 1 + 1e-6`, `r`
+/// fp16 values of magnitude <= 1 with column norm < 1.9) every product and
+/// every partial sum is an exact multiple of 2^-52 below 2 in magnitude, so
+/// any association gives the same value; four accumulators are used.
 #[inline]
 fn exact_dot(u: &[f64], r: &[f32]) -> f64 {
-    let mut s = 0.0f64;
-    for (&a, &b) in u.iter().zip(r) {
+    let mut acc = [0.0f64; 4];
+    let (uc, ut) = u.as_chunks::<4>();
+    let (rc, rt) = r.as_chunks::<4>();
+    for (a, b) in uc.iter().zip(rc) {
+        for l in 0..4 {
+            acc[l] += a[l] * b[l] as f64;
+        }
+    }
+    let mut s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    for (&a, &b) in ut.iter().zip(rt) {
         s += a * b as f64;
     }
     s
 }
 
-/// f32 register tile: rows `MR` of the packed A block times the `NR` columns
-/// of one packed R panel, summed in f32 over blocks of `KB` columns and in f64
-/// across blocks.
-#[inline(always)]
-fn tile(a: &[f32], b: &[f32]) -> [[f64; NR]; MR] {
-    let (ablocks, _) = a.as_chunks::<{ MR * KB }>();
-    let (bblocks, _) = b.as_chunks::<{ NR * KB }>();
-    let mut acc64 = [[0.0f64; NR]; MR];
-    for (ab, bb) in ablocks.iter().zip(bblocks) {
-        let (av, _) = ab.as_chunks::<MR>();
-        let (bv, _) = bb.as_chunks::<NR>();
-        let mut acc = [[0.0f32; NR]; MR];
-        for (x, y) in av.iter().zip(bv) {
-            for r in 0..MR {
-                for q in 0..NR {
-                    acc[r][q] += x[r] * y[q];
-                }
+/// One `KB`-column block of the f32 tile (kept out of line so the compiler
+/// vectorizes it on its own: 4-wide f32, accumulators in registers).
+#[inline(never)]
+fn tile_block(av: &[[[f32; LANES]; MR]], bv: &[[f32; NR]]) -> [[f32; NR]; MR] {
+    let mut acc = [[0f32; NR]; MR];
+    for (x, y) in av.iter().zip(bv) {
+        for r in 0..MR {
+            for q in 0..NR {
+                acc[r][q] += x[r][q % LANES] * y[q];
             }
         }
+    }
+    acc
+}
+
+/// f32 filter tile: rows `MR` of the packed A block (`[k][MR][LANES]`, each
+/// value repeated `LANES` times) times the `NR` columns of one packed R panel
+/// (`[k][NR]`), summed in f32 within blocks of `KB` columns and in f64 across
+/// blocks.
+#[inline]
+fn tile(a: &[[[f32; LANES]; MR]], b: &[[f32; NR]]) -> [[f64; NR]; MR] {
+    let mut acc64 = [[0.0f64; NR]; MR];
+    for (ab, bb) in a.chunks_exact(KB).zip(b.chunks_exact(KB)) {
+        let acc = tile_block(ab, bb);
         for r in 0..MR {
             for q in 0..NR {
                 acc64[r][q] += acc[r][q] as f64;
@@ -694,4 +757,42 @@ fn tile(a: &[f32], b: &[f32]) -> [[f64; NR]; MR] {
         }
     }
     acc64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_decision_agrees_with_index_rule() {
+        let cb = codebook::lloyd_max(640).unwrap();
+        let m = cb.midpoints;
+        let mut padded = [f64::NEG_INFINITY; LEVELS + 1];
+        padded[1..LEVELS].copy_from_slice(&m);
+        padded[LEVELS] = f64::INFINITY;
+        let mut probes = vec![-1.0, 1.0, 0.0, -0.0];
+        for &t in &m {
+            probes.extend([t, t.next_up(), t.next_down(), t + 2e-6, t - 2e-6, t + 5e-7, t - 5e-7]);
+        }
+        for i in 0..2000 {
+            probes.push((i as f64 - 1000.0) * 2e-4);
+        }
+        let e = 1e-6;
+        for &x in &probes {
+            let (idx, sure) = filter_decision(&padded, x, e);
+            assert_eq!(idx, index_of(&m, x), "{x}");
+            let dist = m.iter().fold(f64::INFINITY, |d, &t| d.min((t - x).abs()));
+            if dist < 0.99 * e {
+                assert!(!sure, "{x}");
+            }
+            if dist > 1.01 * e {
+                assert!(sure, "{x}");
+            }
+            if sure {
+                // Every value within e has the same index.
+                assert_eq!(index_of(&m, x - e), idx);
+                assert_eq!(index_of(&m, x + e), idx);
+            }
+        }
+    }
 }

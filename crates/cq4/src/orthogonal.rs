@@ -56,7 +56,6 @@ pub fn orthogonal_seed(bundle_seed: u64, kp: usize) -> u64 {
 
 /// Column-panel matrix: panel `p` holds columns `p*QP..(p+1)*QP`, row-major inside.
 struct PanelMatrix {
-    n: usize,
     panels: Vec<Vec<f64>>,
 }
 
@@ -69,7 +68,7 @@ impl PanelMatrix {
                 panels[p][i * QP..(i + 1) * QP].copy_from_slice(seg);
             }
         }
-        PanelMatrix { n, panels }
+        PanelMatrix { panels }
     }
 
     fn identity(n: usize) -> Self {
@@ -78,7 +77,7 @@ impl PanelMatrix {
         for i in 0..n {
             panels[i / QP][i * QP + i % QP] = 1.0;
         }
-        PanelMatrix { n, panels }
+        PanelMatrix { panels }
     }
 
     fn get(&self, i: usize, c: usize) -> f64 {
@@ -88,7 +87,6 @@ impl PanelMatrix {
     /// Apply `X <- X - v * (beta * (v^T X))` to rows `j..n` of columns `c0..n`,
     /// each `s_c` summed sequentially over rows `j..n`.
     fn reflect(&mut self, j: usize, c0: usize, v: &[f64], beta: f64) {
-        let n = self.n;
         let p0 = c0 / QP;
         self.panels[p0..]
             .par_iter_mut()
@@ -96,24 +94,56 @@ impl PanelMatrix {
             .for_each(|(pi, panel)| {
                 let p = p0 + pi;
                 let q0 = if p == p0 { c0 % QP } else { 0 };
-                let mut s = [0.0f64; QP];
-                for (i, &vi) in (j..n).zip(v) {
-                    let row = &panel[i * QP..(i + 1) * QP];
-                    for q in q0..QP {
-                        s[q] += vi * row[q];
-                    }
-                }
-                let mut t = [0.0f64; QP];
-                for q in q0..QP {
-                    t[q] = beta * s[q];
-                }
-                for (i, &vi) in (j..n).zip(v) {
-                    let row = &mut panel[i * QP..(i + 1) * QP];
-                    for q in q0..QP {
-                        row[q] -= vi * t[q];
-                    }
+                if q0 == 0 {
+                    reflect_full(panel, j, v, beta);
+                } else {
+                    reflect_partial(panel, j, q0, v, beta);
                 }
             });
+    }
+}
+
+/// `reflect` on a whole panel (all `QP` columns): fixed-width loops.
+#[inline]
+fn reflect_full(panel: &mut [f64], j: usize, v: &[f64], beta: f64) {
+    let (rows, _) = panel.as_chunks_mut::<QP>();
+    let rows = &mut rows[j..];
+    let mut s = [0.0f64; QP];
+    for (row, &vi) in rows.iter().zip(v) {
+        for q in 0..QP {
+            s[q] += vi * row[q];
+        }
+    }
+    let mut t = [0.0f64; QP];
+    for q in 0..QP {
+        t[q] = beta * s[q];
+    }
+    for (row, &vi) in rows.iter_mut().zip(v) {
+        for q in 0..QP {
+            row[q] -= vi * t[q];
+        }
+    }
+}
+
+/// `reflect` on columns `q0..QP` of a panel.
+fn reflect_partial(panel: &mut [f64], j: usize, q0: usize, v: &[f64], beta: f64) {
+    let n = panel.len() / QP;
+    let mut s = [0.0f64; QP];
+    for (i, &vi) in (j..n).zip(v) {
+        let row = &panel[i * QP..(i + 1) * QP];
+        for q in q0..QP {
+            s[q] += vi * row[q];
+        }
+    }
+    let mut t = [0.0f64; QP];
+    for q in q0..QP {
+        t[q] = beta * s[q];
+    }
+    for (i, &vi) in (j..n).zip(v) {
+        let row = &mut panel[i * QP..(i + 1) * QP];
+        for q in q0..QP {
+            row[q] -= vi * t[q];
+        }
     }
 }
 
@@ -229,6 +259,11 @@ impl OrthogonalRotation {
         }
         // Rounding slack of the f64 sum is far below 1e-6 relative.
         let max_col_norm = max_sq.sqrt() * (1.0 + 1e-6);
+        // Exactness of the rotated coordinates needs every column norm < 2
+        // (with margin); an orthogonal matrix rounded to fp16 has ~1.0.
+        if max_col_norm.is_nan() || max_col_norm >= 1.9 || rt32.iter().any(|x| x.abs() > 1.0) {
+            return Err(Cq4Error::BadRotation("R is not close to orthogonal"));
+        }
         Ok(OrthogonalRotation {
             kp,
             r_bits,
