@@ -181,7 +181,7 @@ mod tests {
         let mut worst = 0.0f64;
         for i in 0..200_000 {
             let u = if i < 64 {
-                2f64.powi(-(i as i32))
+                2f64.powi(-i)
             } else {
                 ((g.next_u64() >> 11) + 1) as f64 * TWO_POW_M53
             };
