@@ -11,6 +11,20 @@ use cq4::{Bundle, Family, SplitMix64, DEFAULT_SEED};
 
 const CHUNK_ROWS: usize = 4096;
 
+/// CPU seconds (user + system) of this process so far (Linux; 0 elsewhere).
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are 14 and 15.
+    let Some(rest) = stat.rsplit(')').next() else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn run(bundle: &Bundle, family: Family, n: usize, k: usize) {
     let t0 = Instant::now();
     let enc = bundle.encoder(family, n, k).expect("encoder");
@@ -24,6 +38,7 @@ fn run(bundle: &Bundle, family: Family, n: usize, k: usize) {
     let mut panels = vec![0u8; rows.div_ceil(64) * g.superblock_bytes()];
     let mut norms = vec![0u16; rows * ng];
     let t1 = Instant::now();
+    let c1 = cpu_seconds();
     let mut r0 = 0;
     while r0 < n {
         let r1 = (r0 + rows).min(n);
@@ -38,12 +53,14 @@ fn run(bundle: &Bundle, family: Family, n: usize, k: usize) {
         r0 = r1;
     }
     let secs = t1.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - c1;
     let weights = (n * k) as f64;
     let fb = enc.exact_fallbacks();
     println!(
-        "{family:?} {n} x {k} (Kp {}): setup {setup:.3} s, encode {secs:.3} s, {:.1} M weights/s{}",
+        "{family:?} {n} x {k} (Kp {}): setup {setup:.3} s, encode {secs:.3} s wall / {cpu:.2} s CPU, {:.1} M weights/s wall, {:.1} M weights/CPU-s{}",
         g.k(),
         weights / secs / 1e6,
+        weights / cpu / 1e6,
         if family == Family::Orthogonal {
             format!(
                 ", {:.2} GMAC/s, exact fallbacks {:.4}% (bound {:.2e})",

@@ -196,6 +196,28 @@ pub fn index_of(m: &[f64; LEVELS - 1], x: f64) -> u8 {
     idx
 }
 
+/// The thresholds padded with `-inf` in front and `+inf` at the end, for
+/// [`index_bsearch`].
+pub fn padded_thresholds(m: &[f64; LEVELS - 1]) -> [f64; LEVELS + 1] {
+    let mut p = [f64::NEG_INFINITY; LEVELS + 1];
+    p[1..LEVELS].copy_from_slice(m);
+    p[LEVELS] = f64::INFINITY;
+    p
+}
+
+/// `#{i : m_i < x}` by a branch-free 4-step binary search over
+/// `padded = [-inf, m_0, .., m_14, +inf]` (same result as [`index_of`] for
+/// ascending thresholds). `padded[idx]` and `padded[idx + 1]` are then the
+/// thresholds just below and just above `x`.
+#[inline(always)]
+pub fn index_bsearch(padded: &[f64; LEVELS + 1], x: f64) -> usize {
+    let mut idx = 0usize;
+    for step in [8usize, 4, 2, 1] {
+        idx += step * (padded[idx + step] < x) as usize;
+    }
+    idx
+}
+
 /// `round_half_away_from_zero(v / cb_scale)` for each stored codebook value,
 /// computed in f32 (the int8 codebook the kernels use). Values outside the
 /// i8 range saturate.
@@ -282,6 +304,17 @@ mod tests {
         }
         for (q, &v) in cb.values.iter().enumerate() {
             assert_eq!(index_of(m, v) as usize, q);
+        }
+        let p = padded_thresholds(m);
+        let mut probes = vec![-1.0, 1.0, 0.0, -0.0, f64::MIN_POSITIVE];
+        for &t in m {
+            probes.extend([t, t.next_up(), t.next_down()]);
+        }
+        for i in 0..4001 {
+            probes.push((i as f64 - 2000.0) * 1.5e-4);
+        }
+        for &x in &probes {
+            assert_eq!(index_bsearch(&p, x), index_of(m, x) as usize, "{x}");
         }
     }
 

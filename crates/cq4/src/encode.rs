@@ -140,6 +140,7 @@ impl Bundle {
                 None => RtSource::None,
             },
         };
+        let table = DecisionTable::new(&codebook.midpoints, filter_bound);
         Ok(PanelEncoder {
             family,
             k,
@@ -151,6 +152,7 @@ impl Bundle {
             hadamard: self.hadamard.clone(),
             orth,
             filter_bound,
+            table,
             decoder,
             fallbacks: AtomicU64::new(0),
         })
@@ -172,6 +174,68 @@ fn filter_bound(kp: usize, max_col_norm: f64) -> f64 {
     1.01 * coef * unorm * max_col_norm
 }
 
+/// Per-task scratch buffers of the orthogonal kernel (reused across super-blocks).
+#[derive(Default)]
+struct Scratch {
+    uf: Vec<f64>,
+    apack: Vec<[[f32; LANES]; MR]>,
+}
+
+/// Buckets of the decision table.
+const TABLE_BUCKETS: usize = 16384;
+/// Table entry: "decide with the thresholds".
+const UNCERTAIN: u8 = 0xFF;
+
+/// A lookup table that decides most orthogonal-family indices from the f32
+/// estimate alone. Bucket `b` covers `[x_b, x_{b+1})`, `x_b = -range + b*w`;
+/// its entry is the index `#{i : m_i < x}` shared by every `x` in
+/// `[x_b - e - w/100, x_{b+1} + e + w/100]`, or `UNCERTAIN` if a threshold lies
+/// in that widened interval. (`w/100` covers the rounding of the bucket
+/// computation, which is below 1e-11 buckets.)
+#[derive(Debug)]
+struct DecisionTable {
+    range: f64,
+    inv_w: f64,
+    table: Vec<u8>,
+}
+
+impl DecisionTable {
+    fn new(mid: &[f64; LEVELS - 1], e: f64) -> Self {
+        let range = 4.0 * mid.iter().fold(0.0f64, |a, m| a.max(m.abs()));
+        let w = 2.0 * range / TABLE_BUCKETS as f64;
+        let slack = e + w / 100.0;
+        let table = (0..TABLE_BUCKETS)
+            .map(|b| {
+                let lo = -range + b as f64 * w - slack;
+                let hi = -range + (b + 1) as f64 * w + slack;
+                if mid.iter().any(|&m| m >= lo && m <= hi) {
+                    UNCERTAIN
+                } else {
+                    index_of(mid, lo)
+                }
+            })
+            .collect();
+        DecisionTable {
+            range,
+            inv_w: 1.0 / w,
+            table,
+        }
+    }
+
+    /// The index of every value within the filter bound of `est`, if the
+    /// table knows it.
+    #[inline(always)]
+    fn lookup(&self, est: f64) -> Option<u8> {
+        let t = (est + self.range) * self.inv_w;
+        if t >= 0.0 && t < TABLE_BUCKETS as f64 {
+            let v = self.table[t as usize];
+            (v != UNCERTAIN).then_some(v)
+        } else {
+            None
+        }
+    }
+}
+
 /// The quantizer for one tensor. Cheap to share across threads.
 #[derive(Debug)]
 pub struct PanelEncoder {
@@ -185,6 +249,7 @@ pub struct PanelEncoder {
     hadamard: HadamardRotation,
     orth: Option<Arc<OrthogonalRotation>>,
     filter_bound: f64,
+    table: DecisionTable,
     decoder: Decoder,
     fallbacks: AtomicU64,
 }
@@ -326,7 +391,7 @@ impl PanelEncoder {
                 n,
             });
         }
-        if rows_len % self.k != 0 || rows_len == 0 {
+        if !rows_len.is_multiple_of(self.k) || rows_len == 0 {
             return Err(Cq4Error::BufferLength {
                 what: "rows (a whole number of rows of K values)",
                 expected: self.k,
@@ -393,24 +458,28 @@ impl PanelEncoder {
         let k = self.k;
         let ng = self.geometry.num_groups();
         let sbb = self.geometry.superblock_bytes();
-        let results: Vec<Result<(), Cq4Error>> = rows
-            .par_chunks(SUPER_BLOCK * k)
-            .zip(panels_out.par_chunks_mut(sbb))
-            .zip(norms_out.par_chunks_mut(SUPER_BLOCK * ng))
-            .enumerate()
-            .map(|(s, ((sb_rows, panel), norms))| {
-                let row0 = first_row + s * SUPER_BLOCK;
-                let cnt = sb_rows.len() / k;
-                debug_assert!(cnt <= nrows);
-                panel.fill(0);
-                match self.family {
-                    Family::Hadamard => self.hadamard_superblock(row0, sb_rows, cnt, panel, norms),
-                    Family::Orthogonal => {
-                        self.orthogonal_superblock(row0, sb_rows, cnt, panel, norms)
-                    }
-                }
-            })
-            .collect();
+        let results: Vec<Result<(), Cq4Error>> =
+            rows.par_chunks(SUPER_BLOCK * k)
+                .zip(panels_out.par_chunks_mut(sbb))
+                .zip(norms_out.par_chunks_mut(SUPER_BLOCK * ng))
+                .enumerate()
+                .map_init(
+                    Scratch::default,
+                    |scratch, (s, ((sb_rows, panel), norms))| {
+                        let row0 = first_row + s * SUPER_BLOCK;
+                        let cnt = sb_rows.len() / k;
+                        debug_assert!(cnt <= nrows);
+                        panel.fill(0);
+                        match self.family {
+                            Family::Hadamard => {
+                                self.hadamard_superblock(row0, sb_rows, cnt, panel, norms)
+                            }
+                            Family::Orthogonal => self
+                                .orthogonal_superblock(scratch, row0, sb_rows, cnt, panel, norms),
+                        }
+                    },
+                )
+                .collect();
         results.into_iter().collect()
     }
 
@@ -458,11 +527,22 @@ impl PanelEncoder {
                     a[i] = had.left[i] as f64 * fixed(v[i], norm);
                 }
                 fwht128(&mut a);
-                let mut idx = [0u8; HADAMARD_N];
-                for (d, &p) in idx.iter_mut().zip(&had.perm) {
+                let mut rot = [0.0f64; HADAMARD_N];
+                for (d, &p) in rot.iter_mut().zip(&had.perm) {
                     let p = p as usize;
-                    let rot = (had.right[p] as f64 * a[p]) / s128;
-                    *d = index_of(mid, rot);
+                    *d = (had.right[p] as f64 * a[p]) / s128;
+                }
+                // idx_j = #{i : m_i < rot_j}, counted threshold by threshold
+                // so the compiler vectorizes across j.
+                let mut cnt = [0u64; HADAMARD_N];
+                for &t in mid {
+                    for (n, &x) in cnt.iter_mut().zip(&rot) {
+                        *n += (t < x) as u64;
+                    }
+                }
+                let mut idx = [0u8; HADAMARD_N];
+                for (d, &n) in idx.iter_mut().zip(&cnt) {
+                    *d = n as u8;
                 }
                 for (kg, q) in idx.chunks_exact(4).enumerate() {
                     let byte = (g * (GROUP_SIZE / 4) + kg) * 128 + 2 * c;
@@ -483,6 +563,7 @@ impl PanelEncoder {
     /// within that distance the exact f64 sum decides.
     fn orthogonal_superblock(
         &self,
+        scratch: &mut Scratch,
         row0: usize,
         rows: &[f32],
         cnt: usize,
@@ -502,8 +583,11 @@ impl PanelEncoder {
         // uf in f64 (row-major) for the exact path; for the filter, f32 packed
         // [rb][k][MR][LANES] with each value repeated LANES times (the tile
         // then needs no broadcasts).
-        let mut uf = vec![0.0f64; cnt * kp];
-        let mut apack = vec![[[0.0f32; LANES]; MR]; nrb * kp];
+        let Scratch { uf, apack } = scratch;
+        uf.clear();
+        uf.resize(cnt * kp, 0.0);
+        apack.clear();
+        apack.resize(nrb * kp, [[0.0f32; LANES]; MR]);
         for c in 0..cnt {
             let row = &rows[c * k..(c + 1) * k];
             self.check_finite(row0 + c, row)?;
@@ -523,9 +607,7 @@ impl PanelEncoder {
             norms[c * ng..(c + 1) * ng].fill(bits);
         }
         let e = self.filter_bound;
-        let mut padded = [f64::NEG_INFINITY; LEVELS + 1];
-        padded[1..LEVELS].copy_from_slice(mid);
-        padded[LEVELS] = f64::INFINITY;
+        let padded = codebook::padded_thresholds(mid);
         let mut fallbacks = 0u64;
         let (bpanels, _) = rot.packed.as_chunks::<NR>();
         // Row groups of RG_BLOCKS tiles share each R panel while it is in L1.
@@ -541,7 +623,10 @@ impl PanelEncoder {
                         }
                         for (q, &est) in accr.iter().enumerate() {
                             let j = p * NR + q;
-                            let (i, sure) = filter_decision(&padded, est, e);
+                            let (i, sure) = match self.table.lookup(est) {
+                                Some(i) => (i, true),
+                                None => filter_decision(&padded, est, e),
+                            };
                             let idx = if sure {
                                 i
                             } else {
@@ -688,18 +773,11 @@ impl PanelEncoder {
 }
 
 /// For an estimate `est` within `e` of the exact value: its index
-/// `#{i : m_i < est}` by branch-free binary search over
-/// `padded = [-inf, m_0, .., m_14, +inf]`, and whether no midpoint lies in
-/// `[est - e, est + e]` (then the exact value has the same index).
+/// `#{i : m_i < est}`, and whether no threshold lies in `[est - e, est + e]`
+/// (then the exact value has the same index).
 #[inline(always)]
 fn filter_decision(padded: &[f64; LEVELS + 1], est: f64, e: f64) -> (u8, bool) {
-    // idx = #{i : m_i < est}; padded[idx + 1] = m_idx.
-    let mut idx = 0usize;
-    for step in [8usize, 4, 2, 1] {
-        if padded[idx + step] < est {
-            idx += step;
-        }
-    }
+    let idx = codebook::index_bsearch(padded, est);
     let sure = padded[idx] < est - e && padded[idx + 1] > est + e;
     (idx as u8, sure)
 }
@@ -764,15 +842,50 @@ mod tests {
     use super::*;
 
     #[test]
+    fn decision_table_is_sound() {
+        for d in [128usize, 640, 2048] {
+            let cb = codebook::lloyd_max(d).unwrap();
+            let m = cb.midpoints;
+            let e = 4e-6;
+            let t = DecisionTable::new(&m, e);
+            let known = t.table.iter().filter(|&&v| v != UNCERTAIN).count();
+            assert!(known > TABLE_BUCKETS * 9 / 10, "d={d}: {known}");
+            let mut probes = vec![];
+            for &x in &m {
+                for k in -400..=400 {
+                    probes.push(x + k as f64 * 1e-7);
+                }
+            }
+            for i in 0..100_000 {
+                probes.push((i as f64 - 50_000.0) * 1e-5);
+            }
+            for &x in &probes {
+                if let Some(i) = t.lookup(x) {
+                    // Every value within e of x has index i.
+                    assert_eq!(index_of(&m, x - e), i, "d={d} x={x}");
+                    assert_eq!(index_of(&m, x + e), i, "d={d} x={x}");
+                    assert_eq!(index_of(&m, x), i, "d={d} x={x}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn filter_decision_agrees_with_index_rule() {
         let cb = codebook::lloyd_max(640).unwrap();
         let m = cb.midpoints;
-        let mut padded = [f64::NEG_INFINITY; LEVELS + 1];
-        padded[1..LEVELS].copy_from_slice(&m);
-        padded[LEVELS] = f64::INFINITY;
+        let padded = codebook::padded_thresholds(&m);
         let mut probes = vec![-1.0, 1.0, 0.0, -0.0];
         for &t in &m {
-            probes.extend([t, t.next_up(), t.next_down(), t + 2e-6, t - 2e-6, t + 5e-7, t - 5e-7]);
+            probes.extend([
+                t,
+                t.next_up(),
+                t.next_down(),
+                t + 2e-6,
+                t - 2e-6,
+                t + 5e-7,
+                t - 5e-7,
+            ]);
         }
         for i in 0..2000 {
             probes.push((i as f64 - 1000.0) * 2e-4);

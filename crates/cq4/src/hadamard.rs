@@ -77,7 +77,7 @@ impl HadamardRotation {
         for k in 0..HADAMARD_N {
             for j in 0..HADAMARD_N {
                 let p = self.perm[j] as usize;
-                let h = if (k & p).count_ones() % 2 == 0 {
+                let h = if (k & p).count_ones().is_multiple_of(2) {
                     1.0
                 } else {
                     -1.0
@@ -177,7 +177,7 @@ mod tests {
         for (i, &yi) in y.iter().enumerate() {
             let mut s = 0.0;
             for (j, &xj) in x.iter().enumerate() {
-                s += if (i & j).count_ones() % 2 == 0 {
+                s += if (i & j).count_ones().is_multiple_of(2) {
                     xj
                 } else {
                     -xj
@@ -197,7 +197,7 @@ mod tests {
         for (i, &yi) in y.iter().enumerate() {
             let mut s = 0.0;
             for j in (0..HADAMARD_N).rev() {
-                s += if (i & j).count_ones() % 2 == 0 {
+                s += if (i & j).count_ones().is_multiple_of(2) {
                     u[j]
                 } else {
                     -u[j]

@@ -88,7 +88,7 @@ pub fn det_sincos_turn(u: f64) -> (f64, f64) {
     let q = t.floor();
     let f = t - q;
     let q = q as u32;
-    let a = if q % 2 == 0 { f } else { 1.0 - f } * core::f64::consts::FRAC_PI_4;
+    let a = if q.is_multiple_of(2) { f } else { 1.0 - f } * core::f64::consts::FRAC_PI_4;
     let z = a * a;
     // factorials 0!..19!
     let mut fact = [1.0f64; 20];
@@ -97,7 +97,7 @@ pub fn det_sincos_turn(u: f64) -> (f64, f64) {
     }
     let coef = |sign_i: usize, n: usize| {
         let c = 1.0 / fact[n];
-        if sign_i % 2 == 0 {
+        if sign_i.is_multiple_of(2) {
             c
         } else {
             -c

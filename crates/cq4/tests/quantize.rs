@@ -85,7 +85,7 @@ fn hadamard_reference(bundle: &Bundle, enc: &PanelEncoder, row: &[f32]) -> (Vec<
             let p = h.perm[j] as usize;
             let mut s = 0.0;
             for k in (0..128).rev() {
-                let sign = if (k & p).count_ones() % 2 == 0 {
+                let sign = if (k & p).count_ones().is_multiple_of(2) {
                     1.0
                 } else {
                     -1.0
