@@ -1,0 +1,261 @@
+//! Activation quantization: computed once per GEMV call, shared by every
+//! ISA (so every tier sees the very same integers).
+//!
+//! - Q8_0 / Q5_0 weights take Q8_0 activations: ggml's
+//!   `quantize_row_q8_0_ref` (through `ggml_quants::quantize_rows`), stored
+//!   as [`ActQ8_0`] (the fp16 scale widened to f32, plus the sum of the
+//!   quants for the kernels' bias tricks).
+//! - Q4_K / Q5_K / Q6_K weights take Q8_K activations, [`BlockQ8K`]:
+//!   ggml's `quantize_row_q8_K_ref`, reproduced in [`quantize_q8_k`].
+//! - CQ4 panels take per-128-group int8 activations ([`Cq4Act`]); the
+//!   rotation is in [`crate::panel`], the group quantizer is
+//!   [`quantize_groups`].
+
+use core::mem::size_of;
+
+use ggml_quants::{quantize_rows, GgmlType};
+
+use crate::blocks::f16_at;
+use crate::error::KernelError;
+
+/// A Q8_0 activation block as the kernels read it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ActQ8_0 {
+    /// Quants (ggml's `qs`).
+    pub qs: [i8; 32],
+    /// ggml's fp16 `d`, widened to f32 (exact).
+    pub d: f32,
+    /// `sum(qs)` (for the unsigned-operand bias corrections).
+    pub sum: i32,
+}
+const _: () = assert!(size_of::<ActQ8_0>() == 40);
+
+impl Default for ActQ8_0 {
+    fn default() -> Self {
+        ActQ8_0 {
+            qs: [0; 32],
+            d: 0.0,
+            sum: 0,
+        }
+    }
+}
+
+/// ggml's `block_q8_K`: the activation type of the k-quants.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlockQ8K {
+    /// Scale (`1 / iscale`).
+    pub d: f32,
+    /// Quants, each in -127..=127.
+    pub qs: [i8; 256],
+    /// Sums of `qs` over each 16 consecutive quants.
+    pub bsums: [i16; 16],
+}
+const _: () = assert!(size_of::<BlockQ8K>() == 292);
+
+impl Default for BlockQ8K {
+    fn default() -> Self {
+        BlockQ8K {
+            d: 0.0,
+            qs: [0; 256],
+            bsums: [0; 16],
+        }
+    }
+}
+
+fn first_non_finite(x: &[f32]) -> Result<(), KernelError> {
+    match x.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(KernelError::Activation(format!(
+            "x[{i}] = {} is not finite",
+            x[i]
+        ))),
+    }
+}
+
+/// Q8_0 activations of `x` (`x.len() == 32 * out.len()`), byte-identical to
+/// ggml's `quantize_row_q8_0_ref`.
+pub fn quantize_q8_0(x: &[f32], out: &mut [ActQ8_0]) -> Result<(), KernelError> {
+    crate::error::check_len("x (32 per Q8_0 block)", out.len() * 32, x.len())?;
+    first_non_finite(x)?;
+    let mut buf = [0u8; 34];
+    for (b, (xs, o)) in x.chunks_exact(32).zip(out.iter_mut()).enumerate() {
+        quantize_rows(GgmlType::Q8_0, xs, 32, &mut buf)
+            .map_err(|e| KernelError::Activation(format!("Q8_0 block {b}: {e}")))?;
+        let mut sum = 0i32;
+        for (q, &byte) in o.qs.iter_mut().zip(&buf[2..]) {
+            *q = byte as i8;
+            sum += *q as i32;
+        }
+        o.d = f16_at(&buf, 0);
+        o.sum = sum;
+    }
+    Ok(())
+}
+
+/// ggml's `nearest_int`: `fval + 1.5 * 2^23`, then the low mantissa bits
+/// (round half to even for `|fval| <= 2^22`).
+#[inline(always)]
+fn nearest_int(fval: f32) -> i32 {
+    let val = fval + 12_582_912.0;
+    ((val.to_bits() & 0x007f_ffff) as i32) - 0x0040_0000
+}
+
+/// Q8_K activations of `x` (`x.len() == 256 * out.len()`), exactly ggml's
+/// `quantize_row_q8_K_ref`: per block of 256, `max` = the value of largest
+/// magnitude (first one wins), `iscale = -127 / max`,
+/// `qs = min(127, nearest_int(iscale * x))`, `bsums` = sums of 16,
+/// `d = 1 / iscale`; an all-zero block gets `d = 0` and zero quants.
+pub fn quantize_q8_k(x: &[f32], out: &mut [BlockQ8K]) -> Result<(), KernelError> {
+    crate::error::check_len("x (256 per Q8_K block)", out.len() * 256, x.len())?;
+    first_non_finite(x)?;
+    for (xs, o) in x.chunks_exact(256).zip(out.iter_mut()) {
+        let mut max = 0.0f32;
+        let mut amax = 0.0f32;
+        for &v in xs {
+            let ax = v.abs();
+            if ax > amax {
+                amax = ax;
+                max = v;
+            }
+        }
+        if amax == 0.0 {
+            *o = BlockQ8K::default();
+            continue;
+        }
+        let iscale = -127.0f32 / max;
+        for (q, &v) in o.qs.iter_mut().zip(xs) {
+            *q = nearest_int(iscale * v).min(127) as i8;
+        }
+        for (s, qs) in o.bsums.iter_mut().zip(o.qs.chunks_exact(16)) {
+            *s = qs.iter().map(|&q| q as i32).sum::<i32>() as i16;
+        }
+        o.d = 1.0 / iscale;
+    }
+    Ok(())
+}
+
+/// Quantized CQ4 activations: `q` (Kp int8), and per 128-group the scale
+/// and `sum(q)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Cq4Act<'a> {
+    /// Quantized rotated activations, `Kp` values in -127..=127.
+    pub q: &'a [i8],
+    /// Per group: `max|z| / 127` (0 for an all-zero group).
+    pub scale: &'a [f32],
+    /// Per group: `sum(q)` (for the unsigned-operand bias correction).
+    pub qsum: &'a [i32],
+}
+
+/// Quantize rotated activations `z` per group of 128: `scale = max|z| / 127`
+/// (f32 division); `q = clamp(round_half_even(z / scale), -127, 127)`;
+/// a group with `scale == 0` gets `q = 0`.
+pub fn quantize_groups(
+    z: &[f32],
+    q: &mut [i8],
+    scale: &mut [f32],
+    qsum: &mut [i32],
+) -> Result<(), KernelError> {
+    let ng = scale.len();
+    crate::error::check_len("z (128 per group)", ng * 128, z.len())?;
+    crate::error::check_len("q", ng * 128, q.len())?;
+    crate::error::check_len("qsum", ng, qsum.len())?;
+    first_non_finite(z)?;
+    for (((zg, qg), s), qs) in z
+        .chunks_exact(128)
+        .zip(q.chunks_exact_mut(128))
+        .zip(scale.iter_mut())
+        .zip(qsum.iter_mut())
+    {
+        let mut amax = 0.0f32;
+        for &v in zg {
+            if v.abs() > amax {
+                amax = v.abs();
+            }
+        }
+        let sc = amax / 127.0;
+        *s = sc;
+        let mut sum = 0i32;
+        for (qv, &v) in qg.iter_mut().zip(zg) {
+            *qv = if sc == 0.0 {
+                0
+            } else {
+                (v / sc).round_ties_even().clamp(-127.0, 127.0) as i8
+            };
+            sum += *qv as i32;
+        }
+        *qs = sum;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_int_is_round_half_even() {
+        for v in [
+            0.5f32, 1.5, 2.5, -0.5, -1.5, 126.5, -126.5, 3.49, -3.51, 127.0,
+        ] {
+            assert_eq!(nearest_int(v), v.round_ties_even() as i32, "{v}");
+        }
+    }
+
+    #[test]
+    fn q8_k_block() {
+        let x: Vec<f32> = (0..512).map(|i| ((i * 37) % 101) as f32 - 50.0).collect();
+        let mut out = [BlockQ8K::default(); 2];
+        quantize_q8_k(&x, &mut out).unwrap();
+        for (b, xs) in out.iter().zip(x.chunks_exact(256)) {
+            // -50 is the first value of largest magnitude: iscale = 127 / 50.
+            assert_eq!(b.d, 1.0 / (-127.0f32 / -50.0));
+            for (q, &v) in b.qs.iter().zip(xs) {
+                assert!((*q as f32 * b.d - v).abs() <= b.d.abs() * 0.5 + 1e-5);
+            }
+            for j in 0..16 {
+                let s: i32 = b.qs[16 * j..16 * j + 16].iter().map(|&q| q as i32).sum();
+                assert_eq!(b.bsums[j] as i32, s);
+            }
+        }
+        let zero = vec![0.0f32; 256];
+        let mut o = [BlockQ8K::default()];
+        quantize_q8_k(&zero, &mut o).unwrap();
+        assert_eq!(o[0], BlockQ8K::default());
+        assert!(quantize_q8_k(&[f32::NAN; 256], &mut o).is_err());
+    }
+
+    #[test]
+    fn q8_0_matches_ggml_bytes() {
+        let x: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut want = vec![0u8; 68];
+        quantize_rows(GgmlType::Q8_0, &x, 64, &mut want).unwrap();
+        let mut out = [ActQ8_0::default(); 2];
+        quantize_q8_0(&x, &mut out).unwrap();
+        for (o, w) in out.iter().zip(want.chunks_exact(34)) {
+            assert_eq!(o.d, f16_at(w, 0));
+            for (q, &b) in o.qs.iter().zip(&w[2..]) {
+                assert_eq!(*q, b as i8);
+            }
+            assert_eq!(o.sum, o.qs.iter().map(|&q| q as i32).sum::<i32>());
+        }
+    }
+
+    #[test]
+    fn group_quantizer() {
+        let mut z = vec![0.0f32; 256];
+        for (i, v) in z[..128].iter_mut().enumerate() {
+            *v = i as f32 - 64.0;
+        }
+        let mut q = vec![0i8; 256];
+        let mut s = vec![0f32; 2];
+        let mut qs = vec![0i32; 2];
+        quantize_groups(&z, &mut q, &mut s, &mut qs).unwrap();
+        assert_eq!(s[0], 64.0 / 127.0);
+        assert_eq!(q[0], -127);
+        assert_eq!(s[1], 0.0);
+        assert!(q[128..].iter().all(|&v| v == 0));
+        assert_eq!(qs[0], q[..128].iter().map(|&v| v as i32).sum::<i32>());
+    }
+}

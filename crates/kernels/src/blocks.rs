@@ -1,0 +1,314 @@
+//! Byte layout of the ggml weight blocks the kernels read, and zero-copy
+//! views over them.
+//!
+//! The offsets are taken with `offset_of!` from ggml-quants' `#[repr(C)]`
+//! block structs (alignment 1, fp16 fields as `[u8; 2]`), and the sizes are
+//! asserted at compile time, so the kernels and the codec cannot disagree on
+//! where a field lives. Views wrap `&[u8; BYTES]`: any byte offset of an
+//! mmap is fine, no cast and no `unsafe` is involved.
+
+use core::mem::{offset_of, size_of};
+
+use ggml_quants::float::fp16_to_f32;
+use ggml_quants::k_quants::{BlockQ4K, BlockQ5K, BlockQ6K};
+use ggml_quants::legacy::{BlockQ5_0, BlockQ8_0};
+
+/// Q8_0: `d` fp16, `qs` i8\[32\].
+pub mod q8_0 {
+    use super::*;
+    /// Bytes per block.
+    pub const BYTES: usize = 34;
+    /// Weights per block.
+    pub const QK: usize = 32;
+    /// Offset of `d`.
+    pub const D: usize = offset_of!(BlockQ8_0, d);
+    /// Offset of `qs`.
+    pub const QS: usize = offset_of!(BlockQ8_0, qs);
+    const _: () = assert!(size_of::<BlockQ8_0>() == BYTES && D == 0 && QS == 2);
+}
+
+/// Q5_0: `d` fp16, `qh` u32 (fifth bits), `qs` u8\[16\] (nibbles).
+pub mod q5_0 {
+    use super::*;
+    /// Bytes per block.
+    pub const BYTES: usize = 22;
+    /// Weights per block.
+    pub const QK: usize = 32;
+    /// Offset of `d`.
+    pub const D: usize = offset_of!(BlockQ5_0, d);
+    /// Offset of `qh`.
+    pub const QH: usize = offset_of!(BlockQ5_0, qh);
+    /// Offset of `qs`.
+    pub const QS: usize = offset_of!(BlockQ5_0, qs);
+    const _: () = assert!(size_of::<BlockQ5_0>() == BYTES && D == 0 && QH == 2 && QS == 6);
+}
+
+/// Q4_K: `d`, `dmin` fp16, `scales` u8\[12\] (6-bit packed), `qs` u8\[128\].
+pub mod q4_k {
+    use super::*;
+    /// Bytes per block.
+    pub const BYTES: usize = 144;
+    /// Weights per block.
+    pub const QK: usize = 256;
+    /// Offset of `d`.
+    pub const D: usize = offset_of!(BlockQ4K, d);
+    /// Offset of `dmin`.
+    pub const DMIN: usize = offset_of!(BlockQ4K, dmin);
+    /// Offset of `scales`.
+    pub const SCALES: usize = offset_of!(BlockQ4K, scales);
+    /// Offset of `qs`.
+    pub const QS: usize = offset_of!(BlockQ4K, qs);
+    const _: () =
+        assert!(size_of::<BlockQ4K>() == BYTES && D == 0 && DMIN == 2 && SCALES == 4 && QS == 16);
+}
+
+/// Q5_K: as Q4_K plus `qh` u8\[32\] before `qs`.
+pub mod q5_k {
+    use super::*;
+    /// Bytes per block.
+    pub const BYTES: usize = 176;
+    /// Weights per block.
+    pub const QK: usize = 256;
+    /// Offset of `d`.
+    pub const D: usize = offset_of!(BlockQ5K, d);
+    /// Offset of `dmin`.
+    pub const DMIN: usize = offset_of!(BlockQ5K, dmin);
+    /// Offset of `scales`.
+    pub const SCALES: usize = offset_of!(BlockQ5K, scales);
+    /// Offset of `qh`.
+    pub const QH: usize = offset_of!(BlockQ5K, qh);
+    /// Offset of `qs`.
+    pub const QS: usize = offset_of!(BlockQ5K, qs);
+    const _: () = assert!(
+        size_of::<BlockQ5K>() == BYTES
+            && D == 0
+            && DMIN == 2
+            && SCALES == 4
+            && QH == 16
+            && QS == 48
+    );
+}
+
+/// Q6_K: `ql` u8\[128\], `qh` u8\[64\], `scales` i8\[16\], `d` fp16 (last).
+pub mod q6_k {
+    use super::*;
+    /// Bytes per block.
+    pub const BYTES: usize = 210;
+    /// Weights per block.
+    pub const QK: usize = 256;
+    /// Offset of `ql`.
+    pub const QL: usize = offset_of!(BlockQ6K, ql);
+    /// Offset of `qh`.
+    pub const QH: usize = offset_of!(BlockQ6K, qh);
+    /// Offset of `scales`.
+    pub const SCALES: usize = offset_of!(BlockQ6K, scales);
+    /// Offset of `d`.
+    pub const D: usize = offset_of!(BlockQ6K, d);
+    const _: () = assert!(
+        size_of::<BlockQ6K>() == BYTES && QL == 0 && QH == 128 && SCALES == 192 && D == 208
+    );
+}
+
+/// The fp16 at `b[o..o + 2]` as f32 (exact).
+#[inline(always)]
+pub(crate) fn f16_at(b: &[u8], o: usize) -> f32 {
+    fp16_to_f32([b[o], b[o + 1]])
+}
+
+/// The 8 six-bit scales and 8 six-bit mins of a Q4_K / Q5_K block from its
+/// 12 packed bytes (ggml's `get_scale_min_k4` for j = 0..8, done on three
+/// little-endian u32 words):
+///
+/// ```text
+/// sc[0..4] = b[0..4] & 63            m[0..4] = b[4..8] & 63
+/// sc[4..8] = (b[8..12] & 15) | (b[0..4] >> 6) << 4
+/// m[4..8]  = (b[8..12] >> 4) | (b[4..8] >> 6) << 4
+/// ```
+#[inline(always)]
+pub fn unpack_k4_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let w0 = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+    let w1 = u32::from_le_bytes([s[4], s[5], s[6], s[7]]);
+    let w2 = u32::from_le_bytes([s[8], s[9], s[10], s[11]]);
+    let sc_lo = w0 & 0x3f3f_3f3f;
+    let m_lo = w1 & 0x3f3f_3f3f;
+    let sc_hi = (w2 & 0x0f0f_0f0f) | (((w0 >> 6) & 0x0303_0303) << 4);
+    let m_hi = ((w2 >> 4) & 0x0f0f_0f0f) | (((w1 >> 6) & 0x0303_0303) << 4);
+    let sc = ((sc_hi as u64) << 32 | sc_lo as u64).to_le_bytes();
+    let m = ((m_hi as u64) << 32 | m_lo as u64).to_le_bytes();
+    (sc, m)
+}
+
+macro_rules! view {
+    ($(#[$doc:meta])* $name:ident, $bytes:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name<'a>(&'a [u8; $bytes]);
+
+        impl<'a> $name<'a> {
+            /// View the first block of `b` (`None` if `b` is too short).
+            #[inline(always)]
+            pub fn new(b: &'a [u8]) -> Option<Self> {
+                b.first_chunk::<{ $bytes }>().map($name)
+            }
+
+            /// The block's bytes.
+            #[inline(always)]
+            pub fn bytes(&self) -> &'a [u8; $bytes] {
+                self.0
+            }
+        }
+    };
+}
+
+view!(
+    /// A Q8_0 block.
+    Q8_0View,
+    q8_0::BYTES
+);
+view!(
+    /// A Q5_0 block.
+    Q5_0View,
+    q5_0::BYTES
+);
+view!(
+    /// A Q4_K block.
+    Q4KView,
+    q4_k::BYTES
+);
+view!(
+    /// A Q5_K block.
+    Q5KView,
+    q5_k::BYTES
+);
+view!(
+    /// A Q6_K block.
+    Q6KView,
+    q6_k::BYTES
+);
+
+impl Q8_0View<'_> {
+    /// Scale.
+    pub fn d(&self) -> f32 {
+        f16_at(self.0, q8_0::D)
+    }
+    /// Quant `i`.
+    pub fn q(&self, i: usize) -> i32 {
+        self.0[q8_0::QS + i] as i8 as i32
+    }
+}
+
+impl Q5_0View<'_> {
+    /// Scale.
+    pub fn d(&self) -> f32 {
+        f16_at(self.0, q5_0::D)
+    }
+    /// Unsigned 5-bit value of weight `i` (0..32): the weight is `d * (v - 16)`.
+    pub fn v(&self, i: usize) -> i32 {
+        let b = self.0;
+        let qh = u32::from_le_bytes([
+            b[q5_0::QH],
+            b[q5_0::QH + 1],
+            b[q5_0::QH + 2],
+            b[q5_0::QH + 3],
+        ]);
+        let nib = if i < 16 {
+            b[q5_0::QS + i] & 15
+        } else {
+            b[q5_0::QS + i - 16] >> 4
+        };
+        (nib as i32) | ((((qh >> i) & 1) as i32) << 4)
+    }
+}
+
+impl Q4KView<'_> {
+    /// Super-scale.
+    pub fn d(&self) -> f32 {
+        f16_at(self.0, q4_k::D)
+    }
+    /// Super-min.
+    pub fn dmin(&self) -> f32 {
+        f16_at(self.0, q4_k::DMIN)
+    }
+    /// (scales, mins) of the 8 sub-blocks of 32.
+    pub fn scales_mins(&self) -> ([u8; 8], [u8; 8]) {
+        let mut s = [0u8; 12];
+        s.copy_from_slice(&self.0[q4_k::SCALES..q4_k::SCALES + 12]);
+        unpack_k4_scales(&s)
+    }
+    /// 4-bit value of weight `i` (0..256): sub-block `i / 32`.
+    pub fn v(&self, i: usize) -> i32 {
+        let (chunk, j) = (i / 64, i % 64);
+        let b = self.0[q4_k::QS + 32 * chunk + j % 32];
+        (if j < 32 { b & 15 } else { b >> 4 }) as i32
+    }
+}
+
+impl Q5KView<'_> {
+    /// Super-scale.
+    pub fn d(&self) -> f32 {
+        f16_at(self.0, q5_k::D)
+    }
+    /// Super-min.
+    pub fn dmin(&self) -> f32 {
+        f16_at(self.0, q5_k::DMIN)
+    }
+    /// (scales, mins) of the 8 sub-blocks of 32.
+    pub fn scales_mins(&self) -> ([u8; 8], [u8; 8]) {
+        let mut s = [0u8; 12];
+        s.copy_from_slice(&self.0[q5_k::SCALES..q5_k::SCALES + 12]);
+        unpack_k4_scales(&s)
+    }
+    /// 5-bit value of weight `i` (0..256): sub-block `j = i / 32`, fifth bit
+    /// = bit `j` of `qh[i % 32]`.
+    pub fn v(&self, i: usize) -> i32 {
+        let (chunk, j) = (i / 64, i % 64);
+        let b = self.0[q5_k::QS + 32 * chunk + j % 32];
+        let lo = (if j < 32 { b & 15 } else { b >> 4 }) as i32;
+        let hi = ((self.0[q5_k::QH + i % 32] >> (i / 32)) & 1) as i32;
+        lo | (hi << 4)
+    }
+}
+
+impl Q6KView<'_> {
+    /// Super-scale.
+    pub fn d(&self) -> f32 {
+        f16_at(self.0, q6_k::D)
+    }
+    /// Scale of sub-block `j` (0..16, 16 weights each).
+    pub fn scale(&self, j: usize) -> i32 {
+        self.0[q6_k::SCALES + j] as i8 as i32
+    }
+    /// Unsigned 6-bit value of weight `i` (0..256): the weight is
+    /// `d * scale(i / 16) * (v - 32)`.
+    pub fn v(&self, i: usize) -> i32 {
+        let (half, t, l) = (i / 128, (i % 128) / 32, i % 32);
+        let ql = self.0[q6_k::QL + 64 * half + 32 * (t % 2) + l];
+        let lo = if t < 2 { ql & 15 } else { ql >> 4 };
+        let hi = (self.0[q6_k::QH + 32 * half + l] >> (2 * t)) & 3;
+        (lo | (hi << 4)) as i32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ggml_quants::k_quants::get_scale_min_k4;
+
+    #[test]
+    fn k4_scale_unpack_matches_ggml() {
+        let mut s = [0u8; 12];
+        let mut x = 0x1234_5678u32;
+        for _ in 0..1000 {
+            for b in s.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                *b = x as u8;
+            }
+            let (sc, m) = unpack_k4_scales(&s);
+            for j in 0..8 {
+                assert_eq!(get_scale_min_k4(j, &s), (sc[j], m[j]));
+            }
+        }
+    }
+}

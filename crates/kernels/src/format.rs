@@ -1,0 +1,239 @@
+//! The five ggml weight formats: one [`GgmlFormat`] implementation each,
+//! holding the scalar reference arithmetic of one block (the definition the
+//! SIMD paths reproduce bit for bit).
+//!
+//! # Definition of one block's contribution
+//!
+//! For a weight block `w` and its activation block `a` (same 32 or 256
+//! columns) the integer parts are exact in i32 (the bounds below hold for
+//! *any* block bytes, so hostile files cannot overflow them):
+//!
+//! | format | act | integer parts | f32 contribution `c` |
+//! |---|---|---|---|
+//! | Q8_0 | Q8_0 | `S = sum q_i a_i` | `S * (d_w * d_a)` |
+//! | Q5_0 | Q8_0 | `S = sum (v_i - 16) a_i` | `S * (d_w * d_a)` |
+//! | Q4_K | Q8_K | `S = sum_j sc_j sum_{i in j} v_i a_i`, `M = sum_j m_j (bsum_2j + bsum_2j+1)` | `S * (d * d_a) - M * (dmin * d_a)` |
+//! | Q5_K | Q8_K | as Q4_K with 5-bit `v` | as Q4_K |
+//! | Q6_K | Q8_K | `S = sum_j sc_j sum_{i in j} (v_i - 32) a_i` (16 sub-blocks) | `S * (d * d_a)` |
+//!
+//! `S`, `M` are converted with `as f32` (round to nearest even, what
+//! `cvtdq2ps` does), each product is one f32 multiplication in the order
+//! written (parenthesized first), no FMA. A row's result is
+//! `y = (((0 + c_0) + c_1) + ...) + c_{nb-1}`, sequential over the row's
+//! blocks in column order. Bounds: |S| < 2^27 for Q6_K (`128 * 32 * 127 * 256`),
+//! < 2^26 for Q5_K, < 2^25 for the others.
+
+use ggml_quants::GgmlType;
+
+use crate::act::{quantize_q8_0, quantize_q8_k, ActQ8_0, BlockQ8K};
+use crate::blocks::{q4_k, q5_0, q5_k, q6_k, q8_0, Q4KView, Q5KView, Q5_0View, Q6KView, Q8_0View};
+use crate::dispatch::{GroupFn, Kernels};
+use crate::error::KernelError;
+
+/// One ggml block format and its activation type.
+pub trait GgmlFormat: Copy + Send + Sync + 'static {
+    /// The ggml type.
+    const TYPE: GgmlType;
+    /// Weights per block.
+    const QK: usize;
+    /// Bytes per block.
+    const BYTES: usize;
+    /// The activation block type (Q8_0 or Q8_K).
+    type Act: Copy + Default + Send + Sync + 'static;
+    /// Quantize `x` (`QK * out.len()` values) into activation blocks.
+    fn quantize_act(x: &[f32], out: &mut [Self::Act]) -> Result<(), KernelError>;
+    /// The exact integer parts `(S, M)` of one block (`M = 0` for formats
+    /// without mins). `w` holds at least one block.
+    fn block_ints(w: &[u8], a: &Self::Act) -> (i32, i32);
+    /// The f32 contribution of one block (see the module table).
+    fn block_contrib(w: &[u8], a: &Self::Act) -> f32;
+    /// This format's group kernel in a tier's table.
+    fn kernel(k: &Kernels) -> GroupFn<Self::Act>;
+}
+
+/// Marker: Q8_0 weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Q8_0;
+/// Marker: Q5_0 weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Q5_0;
+/// Marker: Q4_K weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Q4K;
+/// Marker: Q5_K weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Q5K;
+/// Marker: Q6_K weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Q6K;
+
+fn view<'a, T>(w: &'a [u8], f: impl FnOnce(&'a [u8]) -> Option<T>) -> T {
+    // Callers (RowGroup::block) always pass whole blocks.
+    f(w).expect("a whole weight block")
+}
+
+impl GgmlFormat for Q8_0 {
+    const TYPE: GgmlType = GgmlType::Q8_0;
+    const QK: usize = q8_0::QK;
+    const BYTES: usize = q8_0::BYTES;
+    type Act = ActQ8_0;
+
+    fn quantize_act(x: &[f32], out: &mut [ActQ8_0]) -> Result<(), KernelError> {
+        quantize_q8_0(x, out)
+    }
+
+    fn block_ints(w: &[u8], a: &ActQ8_0) -> (i32, i32) {
+        let w = view(w, Q8_0View::new);
+        let mut s = 0i32;
+        for i in 0..32 {
+            s += w.q(i) * a.qs[i] as i32;
+        }
+        (s, 0)
+    }
+
+    fn block_contrib(w: &[u8], a: &ActQ8_0) -> f32 {
+        let (s, _) = Self::block_ints(w, a);
+        let d = view(w, Q8_0View::new).d();
+        s as f32 * (d * a.d)
+    }
+
+    fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
+        k.q8_0
+    }
+}
+
+impl GgmlFormat for Q5_0 {
+    const TYPE: GgmlType = GgmlType::Q5_0;
+    const QK: usize = q5_0::QK;
+    const BYTES: usize = q5_0::BYTES;
+    type Act = ActQ8_0;
+
+    fn quantize_act(x: &[f32], out: &mut [ActQ8_0]) -> Result<(), KernelError> {
+        quantize_q8_0(x, out)
+    }
+
+    fn block_ints(w: &[u8], a: &ActQ8_0) -> (i32, i32) {
+        let w = view(w, Q5_0View::new);
+        let mut s = 0i32;
+        for i in 0..32 {
+            s += (w.v(i) - 16) * a.qs[i] as i32;
+        }
+        (s, 0)
+    }
+
+    fn block_contrib(w: &[u8], a: &ActQ8_0) -> f32 {
+        let (s, _) = Self::block_ints(w, a);
+        let d = view(w, Q5_0View::new).d();
+        s as f32 * (d * a.d)
+    }
+
+    fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
+        k.q5_0
+    }
+}
+
+impl GgmlFormat for Q4K {
+    const TYPE: GgmlType = GgmlType::Q4_K;
+    const QK: usize = q4_k::QK;
+    const BYTES: usize = q4_k::BYTES;
+    type Act = BlockQ8K;
+
+    fn quantize_act(x: &[f32], out: &mut [BlockQ8K]) -> Result<(), KernelError> {
+        quantize_q8_k(x, out)
+    }
+
+    fn block_ints(w: &[u8], a: &BlockQ8K) -> (i32, i32) {
+        let w = view(w, Q4KView::new);
+        let (sc, m) = w.scales_mins();
+        let (mut s, mut mm) = (0i32, 0i32);
+        for j in 0..8 {
+            let mut dot = 0i32;
+            for i in 32 * j..32 * j + 32 {
+                dot += w.v(i) * a.qs[i] as i32;
+            }
+            s += sc[j] as i32 * dot;
+            mm += m[j] as i32 * (a.bsums[2 * j] as i32 + a.bsums[2 * j + 1] as i32);
+        }
+        (s, mm)
+    }
+
+    fn block_contrib(w: &[u8], a: &BlockQ8K) -> f32 {
+        let (s, m) = Self::block_ints(w, a);
+        let v = view(w, Q4KView::new);
+        s as f32 * (v.d() * a.d) - m as f32 * (v.dmin() * a.d)
+    }
+
+    fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
+        k.q4_k
+    }
+}
+
+impl GgmlFormat for Q5K {
+    const TYPE: GgmlType = GgmlType::Q5_K;
+    const QK: usize = q5_k::QK;
+    const BYTES: usize = q5_k::BYTES;
+    type Act = BlockQ8K;
+
+    fn quantize_act(x: &[f32], out: &mut [BlockQ8K]) -> Result<(), KernelError> {
+        quantize_q8_k(x, out)
+    }
+
+    fn block_ints(w: &[u8], a: &BlockQ8K) -> (i32, i32) {
+        let w = view(w, Q5KView::new);
+        let (sc, m) = w.scales_mins();
+        let (mut s, mut mm) = (0i32, 0i32);
+        for j in 0..8 {
+            let mut dot = 0i32;
+            for i in 32 * j..32 * j + 32 {
+                dot += w.v(i) * a.qs[i] as i32;
+            }
+            s += sc[j] as i32 * dot;
+            mm += m[j] as i32 * (a.bsums[2 * j] as i32 + a.bsums[2 * j + 1] as i32);
+        }
+        (s, mm)
+    }
+
+    fn block_contrib(w: &[u8], a: &BlockQ8K) -> f32 {
+        let (s, m) = Self::block_ints(w, a);
+        let v = view(w, Q5KView::new);
+        s as f32 * (v.d() * a.d) - m as f32 * (v.dmin() * a.d)
+    }
+
+    fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
+        k.q5_k
+    }
+}
+
+impl GgmlFormat for Q6K {
+    const TYPE: GgmlType = GgmlType::Q6_K;
+    const QK: usize = q6_k::QK;
+    const BYTES: usize = q6_k::BYTES;
+    type Act = BlockQ8K;
+
+    fn quantize_act(x: &[f32], out: &mut [BlockQ8K]) -> Result<(), KernelError> {
+        quantize_q8_k(x, out)
+    }
+
+    fn block_ints(w: &[u8], a: &BlockQ8K) -> (i32, i32) {
+        let w = view(w, Q6KView::new);
+        let mut s = 0i32;
+        for j in 0..16 {
+            let mut dot = 0i32;
+            for i in 16 * j..16 * j + 16 {
+                dot += (w.v(i) - 32) * a.qs[i] as i32;
+            }
+            s += w.scale(j) * dot;
+        }
+        (s, 0)
+    }
+
+    fn block_contrib(w: &[u8], a: &BlockQ8K) -> f32 {
+        let (s, _) = Self::block_ints(w, a);
+        let d = view(w, Q6KView::new).d();
+        s as f32 * (d * a.d)
+    }
+
+    fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
+        k.q6_k
+    }
+}

@@ -1,0 +1,391 @@
+//! ggml weight matrices (plain row-major, R4, R8) and their GEMV driver.
+//!
+//! Every layout is served by the same 8-row *group kernels*: a
+//! [`RowGroup`] names, for each of 8 row slots, the byte offset of the
+//! row's block 0 and the distance between its consecutive blocks. In an R8
+//! file the 8 rows of a group have stride `8 * B` and adjacent offsets (one
+//! sequential stream); in a plain file stride `B` and offsets a row apart;
+//! R4 groups contribute two 4-row groups per unit; the `N % F` tail rows
+//! of an interleaved file are plain rows. Because a row's arithmetic never
+//! depends on its slot or on where its blocks are, R4/R8 results equal the
+//! plain results bit for bit by construction, and so does any row split
+//! across threads.
+
+use ggml_quants::GgmlType;
+use rayon::prelude::*;
+use weights_file::{flags, interleave, Precision, WeightsFile};
+
+use crate::dispatch::{kernels, Exec, GroupFn};
+use crate::error::{check_len, KernelError};
+use crate::format::{GgmlFormat, Q4K, Q5K, Q5_0, Q6K, Q8_0};
+use crate::workspace::Workspace;
+use crate::Gemv;
+
+/// Row slots per group kernel call.
+pub const GROUP_ROWS: usize = 8;
+
+/// Up to 8 rows of a ggml matrix, as a group kernel reads them.
+///
+/// Invariant (checked by [`RowGroup::new`]): for every slot `r` and block
+/// `b < nblocks`, bytes `offsets[r] + b * strides[r] ..+ block_bytes` lie
+/// inside `data`. The SIMD kernels rely on it.
+#[derive(Debug, Clone, Copy)]
+pub struct RowGroup<'a> {
+    data: &'a [u8],
+    offsets: [usize; GROUP_ROWS],
+    strides: [usize; GROUP_ROWS],
+    nblocks: usize,
+    block_bytes: usize,
+}
+
+impl<'a> RowGroup<'a> {
+    /// A group over `data`; fails unless every block of every slot is in bounds
+    /// and `nblocks >= 1`.
+    pub fn new(
+        data: &'a [u8],
+        offsets: [usize; GROUP_ROWS],
+        strides: [usize; GROUP_ROWS],
+        nblocks: usize,
+        block_bytes: usize,
+    ) -> Result<Self, KernelError> {
+        if nblocks == 0 || block_bytes == 0 {
+            return Err(KernelError::Shape("a row group needs blocks".into()));
+        }
+        for (o, s) in offsets.iter().zip(&strides) {
+            let end = s
+                .checked_mul(nblocks - 1)
+                .and_then(|x| x.checked_add(*o))
+                .and_then(|x| x.checked_add(block_bytes));
+            if end.is_none_or(|e| e > data.len()) {
+                return Err(KernelError::Shape(format!(
+                    "row slot at offset {o} stride {s} x {nblocks} blocks leaves the {} data bytes",
+                    data.len()
+                )));
+            }
+        }
+        Ok(RowGroup {
+            data,
+            offsets,
+            strides,
+            nblocks,
+            block_bytes,
+        })
+    }
+
+    /// The bytes all slots point into.
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+    /// Byte offset of block 0 of each slot.
+    pub fn offsets(&self) -> &[usize; GROUP_ROWS] {
+        &self.offsets
+    }
+    /// Bytes between consecutive blocks of each slot.
+    pub fn strides(&self) -> &[usize; GROUP_ROWS] {
+        &self.strides
+    }
+    /// Blocks per row.
+    pub fn nblocks(&self) -> usize {
+        self.nblocks
+    }
+    /// Block `b` of slot `slot`.
+    pub fn block(&self, slot: usize, b: usize) -> &'a [u8] {
+        let o = self.offsets[slot] + b * self.strides[slot];
+        &self.data[o..o + self.block_bytes]
+    }
+}
+
+/// The five ggml types the kernels serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QuantFormat {
+    /// Q8_0 (Q8_0 activations).
+    Q8_0,
+    /// Q5_0 (Q8_0 activations).
+    Q5_0,
+    /// Q4_K (Q8_K activations).
+    Q4K,
+    /// Q5_K (Q8_K activations).
+    Q5K,
+    /// Q6_K (Q8_K activations).
+    Q6K,
+}
+
+/// The five formats.
+pub const ALL_FORMATS: [QuantFormat; 5] = [
+    QuantFormat::Q8_0,
+    QuantFormat::Q5_0,
+    QuantFormat::Q4K,
+    QuantFormat::Q5K,
+    QuantFormat::Q6K,
+];
+
+impl QuantFormat {
+    /// The format of a ggml type, if served.
+    pub fn from_ggml(t: GgmlType) -> Option<Self> {
+        Some(match t {
+            GgmlType::Q8_0 => QuantFormat::Q8_0,
+            GgmlType::Q5_0 => QuantFormat::Q5_0,
+            GgmlType::Q4_K => QuantFormat::Q4K,
+            GgmlType::Q5_K => QuantFormat::Q5K,
+            GgmlType::Q6_K => QuantFormat::Q6K,
+            _ => return None,
+        })
+    }
+    /// The ggml type.
+    pub fn ggml_type(self) -> GgmlType {
+        match self {
+            QuantFormat::Q8_0 => Q8_0::TYPE,
+            QuantFormat::Q5_0 => Q5_0::TYPE,
+            QuantFormat::Q4K => Q4K::TYPE,
+            QuantFormat::Q5K => Q5K::TYPE,
+            QuantFormat::Q6K => Q6K::TYPE,
+        }
+    }
+    /// Weights per block.
+    pub fn block_weights(self) -> usize {
+        self.ggml_type().block_size()
+    }
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        self.ggml_type().type_size()
+    }
+}
+
+/// How the rows of a ggml matrix are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RowLayout {
+    /// Plain row-major (as in a GGUF file).
+    RowMajor,
+    /// Rows interleaved block by block in groups of 4 or 8 (R4 / R8), tail
+    /// rows plain (`docs/FORMAT.md` §sidecar).
+    Interleaved(usize),
+}
+
+impl RowLayout {
+    /// `row_major`, `r4`, `r8`.
+    pub fn name(self) -> String {
+        match self {
+            RowLayout::RowMajor => "row_major".into(),
+            RowLayout::Interleaved(f) => format!("r{f}"),
+        }
+    }
+}
+
+/// A ggml weight matrix `[N, K]` over borrowed bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct GgmlMatrix<'a> {
+    format: QuantFormat,
+    layout: RowLayout,
+    n: usize,
+    k: usize,
+    data: &'a [u8],
+}
+
+impl<'a> GgmlMatrix<'a> {
+    /// A matrix of `n` rows of `k` weights stored as `format` in `layout`.
+    pub fn new(
+        format: QuantFormat,
+        layout: RowLayout,
+        n: usize,
+        k: usize,
+        data: &'a [u8],
+    ) -> Result<Self, KernelError> {
+        let qk = format.block_weights();
+        if n == 0 || k == 0 || !k.is_multiple_of(qk) {
+            return Err(KernelError::Shape(format!(
+                "{} matrix {n} x {k}: K must be a positive multiple of {qk}",
+                format.ggml_type()
+            )));
+        }
+        if let RowLayout::Interleaved(f) = layout {
+            if !interleave::FACTORS.contains(&f) {
+                return Err(KernelError::Shape(format!("interleave factor {f}")));
+            }
+        }
+        let bytes = (k / qk)
+            .checked_mul(format.block_bytes())
+            .and_then(|rb| rb.checked_mul(n))
+            .ok_or_else(|| KernelError::Shape(format!("{n} x {k} overflows")))?;
+        check_len("ggml data", bytes, data.len())?;
+        Ok(GgmlMatrix {
+            format,
+            layout,
+            n,
+            k,
+            data,
+        })
+    }
+
+    /// The matrix of a sidecar container (precision `0x100 | ggml id`, flags
+    /// ROW_INTERLEAVE_4 / _8; neither flag = plain row-major).
+    pub fn from_file(f: &WeightsFile<'a>) -> Result<Self, KernelError> {
+        let h = f.header();
+        let Some(Precision::Ggml(id)) = h.precision() else {
+            return Err(KernelError::Unsupported(format!(
+                "precision {:#x} is not a ggml type",
+                h.precision
+            )));
+        };
+        let format = GgmlType::from_id(id)
+            .and_then(QuantFormat::from_ggml)
+            .ok_or_else(|| KernelError::Unsupported(format!("ggml type id {id}")))?;
+        if h.ndim != 2 {
+            return Err(KernelError::Shape(format!("ndim {} (want 2)", h.ndim)));
+        }
+        let layout = if h.flags & flags::ROW_INTERLEAVE_8 != 0 {
+            RowLayout::Interleaved(8)
+        } else if h.flags & flags::ROW_INTERLEAVE_4 != 0 {
+            RowLayout::Interleaved(4)
+        } else {
+            RowLayout::RowMajor
+        };
+        let n = usize::try_from(h.dims[0]).map_err(|_| KernelError::Shape("N".into()))?;
+        let k = usize::try_from(h.dims[1]).map_err(|_| KernelError::Shape("K".into()))?;
+        Self::new(format, layout, n, k, f.data())
+    }
+
+    /// The format.
+    pub fn format(&self) -> QuantFormat {
+        self.format
+    }
+    /// The row layout.
+    pub fn layout(&self) -> RowLayout {
+        self.layout
+    }
+    /// The stored bytes.
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+    /// Blocks per row.
+    pub fn blocks_per_row(&self) -> usize {
+        self.k / self.format.block_weights()
+    }
+    /// Bytes per row.
+    pub fn row_bytes(&self) -> usize {
+        self.blocks_per_row() * self.format.block_bytes()
+    }
+
+    /// (offset of block 0, bytes between consecutive blocks) of row `row`.
+    pub fn row_location(&self, row: usize) -> (usize, usize) {
+        let bb = self.format.block_bytes();
+        let rb = self.row_bytes();
+        match self.layout {
+            RowLayout::Interleaved(f) if row < interleave::full_group_rows(self.n, f) => {
+                ((row / f) * f * rb + (row % f) * bb, f * bb)
+            }
+            _ => (row * rb, bb),
+        }
+    }
+
+    /// The group of rows `first..first + 8` (rows past `N` repeat row
+    /// `N - 1`; their results are discarded).
+    pub fn group_at(&self, first: usize) -> RowGroup<'a> {
+        let mut offsets = [0usize; GROUP_ROWS];
+        let mut strides = [0usize; GROUP_ROWS];
+        for r in 0..GROUP_ROWS {
+            let (o, s) = self.row_location((first + r).min(self.n - 1));
+            offsets[r] = o;
+            strides[r] = s;
+        }
+        // In bounds by construction (the data length was checked in `new`).
+        RowGroup::new(
+            self.data,
+            offsets,
+            strides,
+            self.blocks_per_row(),
+            self.format.block_bytes(),
+        )
+        .expect("row locations are inside the checked data")
+    }
+
+    /// Copy row `row`'s blocks, in column order, into `out` (`row_bytes()`).
+    pub fn row_blocks(&self, row: usize, out: &mut [u8]) -> Result<(), KernelError> {
+        check_len("row buffer", self.row_bytes(), out.len())?;
+        if row >= self.n {
+            return Err(KernelError::Shape(format!("row {row} of {}", self.n)));
+        }
+        let (o, s) = self.row_location(row);
+        let bb = self.format.block_bytes();
+        for (b, dst) in out.chunks_exact_mut(bb).enumerate() {
+            dst.copy_from_slice(&self.data[o + b * s..o + b * s + bb]);
+        }
+        Ok(())
+    }
+
+    fn run<F: GgmlFormat>(
+        &self,
+        x: &[f32],
+        y: &mut [f32],
+        acts: &mut Vec<F::Act>,
+        exec: Exec,
+    ) -> Result<(), KernelError> {
+        let kern: GroupFn<F::Act> = F::kernel(kernels(exec.isa)?);
+        acts.clear();
+        acts.resize(self.blocks_per_row(), F::Act::default());
+        F::quantize_act(x, acts)?;
+        let act: &[F::Act] = acts;
+        let task = |first: usize, ys: &mut [f32]| {
+            for (i, yc) in ys.chunks_mut(GROUP_ROWS).enumerate() {
+                let g = self.group_at(first + i * GROUP_ROWS);
+                let mut out = [0.0f32; GROUP_ROWS];
+                // SAFETY: `kern` comes from `kernels(exec.isa)`, which only
+                // returns tables of ISAs the CPU supports (Isa::is_available);
+                // `g` satisfies the RowGroup invariant and `act` holds
+                // blocks_per_row blocks.
+                unsafe { kern(&g, act, &mut out) };
+                yc.copy_from_slice(&out[..yc.len()]);
+            }
+        };
+        let per_task = rows_per_task(self.n, GROUP_ROWS, exec.parallel);
+        if per_task >= self.n {
+            task(0, y);
+        } else {
+            y.par_chunks_mut(per_task)
+                .enumerate()
+                .for_each(|(t, ys)| task(t * per_task, ys));
+        }
+        Ok(())
+    }
+}
+
+/// Rows per parallel task: a multiple of `unit`, about 4 tasks per rayon
+/// thread (all rows in one task when not parallel).
+pub(crate) fn rows_per_task(n: usize, unit: usize, parallel: bool) -> usize {
+    if !parallel {
+        return n.max(1);
+    }
+    let tasks = 4 * rayon::current_num_threads();
+    n.div_ceil(tasks).div_ceil(unit).max(1) * unit
+}
+
+impl Gemv for GgmlMatrix<'_> {
+    fn rows(&self) -> usize {
+        self.n
+    }
+
+    fn cols(&self) -> usize {
+        self.k
+    }
+
+    fn weight_bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    fn gemv(
+        &self,
+        x: &[f32],
+        y: &mut [f32],
+        ws: &mut Workspace,
+        exec: Exec,
+    ) -> Result<(), KernelError> {
+        check_len("x", self.k, x.len())?;
+        check_len("y", self.n, y.len())?;
+        match self.format {
+            QuantFormat::Q8_0 => self.run::<Q8_0>(x, y, &mut ws.q8_0, exec),
+            QuantFormat::Q5_0 => self.run::<Q5_0>(x, y, &mut ws.q8_0, exec),
+            QuantFormat::Q4K => self.run::<Q4K>(x, y, &mut ws.q8_k, exec),
+            QuantFormat::Q5K => self.run::<Q5K>(x, y, &mut ws.q8_k, exec),
+            QuantFormat::Q6K => self.run::<Q6K>(x, y, &mut ws.q8_k, exec),
+        }
+    }
+}

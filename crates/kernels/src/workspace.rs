@@ -1,0 +1,29 @@
+//! Reusable per-caller scratch: quantized activations. Buffers only grow, so
+//! a caller that keeps one `Workspace` allocates nothing after the first
+//! call of each shape.
+
+use crate::act::{ActQ8_0, BlockQ8K};
+
+/// Scratch buffers of one GEMV caller (not shared between threads; the
+/// kernels read them while running in parallel).
+#[derive(Debug, Default, Clone)]
+pub struct Workspace {
+    pub(crate) q8_0: Vec<ActQ8_0>,
+    pub(crate) q8_k: Vec<BlockQ8K>,
+    pub(crate) cq4: Cq4Scratch,
+}
+
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Cq4Scratch {
+    pub(crate) z: Vec<f32>,
+    pub(crate) q: Vec<i8>,
+    pub(crate) scale: Vec<f32>,
+    pub(crate) qsum: Vec<i32>,
+}
+
+impl Workspace {
+    /// An empty workspace.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}

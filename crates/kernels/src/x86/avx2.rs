@@ -1,0 +1,285 @@
+//! AVX2 (+ F16C) kernels: same signatures and bit-identical results as
+//! [`crate::scalar`].
+//!
+//! Integer tricks (all exact):
+//! - signed x signed bytes: `maddubs(abs(w), sign(a, w))` = `w * a` per
+//!   byte pair; with `|a| <= 127` and `|w| <= 128` a pair sum is at most
+//!   `2 * 128 * 127 = 32512`, so the i16 saturation of `maddubs` never
+//!   triggers (activations are always in -127..=127).
+//! - unsigned weights (k-quant nibbles 0..=31, Q6_K 0..=63, Q5_0 0..=31)
+//!   go straight into `maddubs` (pair sums <= `2 * 63 * 127 = 16002`); the
+//!   offsets (-16, -32) are removed with the activation block sums.
+//! - per-sub-block scales are applied with `madd_epi16` (products < 2^23).
+
+use core::arch::x86_64::*;
+
+use super::{
+    bcast16_mask, d_dmin8, fp16_at8, k4_scales, load128, load256, pair16_mask, q4_k_values,
+    q5_0_values, q5_k_values, q6_k_values, reduce8, Slots,
+};
+use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
+use crate::blocks::{q6_k, q8_0};
+use crate::ggml::RowGroup;
+use crate::panel::{CbLut, PanelBlock, KG_PER_GROUP};
+
+/// `sum_i w_i * a_i` of 32 signed bytes, as 8 i32 partial sums.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn dot_i8(w: __m256i, a: __m256i) -> __m256i {
+    let p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
+    _mm256_madd_epi16(p, _mm256_set1_epi16(1))
+}
+
+/// Q8_0 x Q8_0 group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = _mm256_setzero_ps();
+    for a in &act[..g.nblocks()] {
+        // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
+        // block (34 bytes) of every slot is in bounds.
+        let (isum, d) = unsafe {
+            let av = load256(a.qs.as_ptr().cast());
+            let mut v = [_mm256_setzero_si256(); 8];
+            for (r, vr) in v.iter_mut().enumerate() {
+                *vr = dot_i8(load256(s.at(r).add(q8_0::QS)), av);
+            }
+            (reduce8(&v), fp16_at8(&s, q8_0::D))
+        };
+        let c = _mm256_mul_ps(
+            _mm256_cvtepi32_ps(isum),
+            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
+        );
+        acc = _mm256_add_ps(acc, c);
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// Q5_0 x Q8_0 group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q5_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = _mm256_setzero_ps();
+    let ones = _mm256_set1_epi16(1);
+    for a in &act[..g.nblocks()] {
+        // SAFETY: as in q8_0_group (22-byte blocks).
+        let (raw, d) = unsafe {
+            let av = load256(a.qs.as_ptr().cast());
+            let mut v = [_mm256_setzero_si256(); 8];
+            for (r, vr) in v.iter_mut().enumerate() {
+                let w = q5_0_values(s.at(r));
+                *vr = _mm256_madd_epi16(_mm256_maddubs_epi16(w, av), ones);
+            }
+            (reduce8(&v), fp16_at8(&s, 0))
+        };
+        // sum (v - 16) a = sum v a - 16 sum a.
+        let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(16 * a.sum));
+        let c = _mm256_mul_ps(
+            _mm256_cvtepi32_ps(isum),
+            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
+        );
+        acc = _mm256_add_ps(acc, c);
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// Shared Q4_K / Q5_K body (`Q5`: the blocks are Q5_K).
+///
+/// # Safety
+/// AVX2 + F16C.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = _mm256_setzero_ps();
+    for a in &act[..g.nblocks()] {
+        // SAFETY: `a.qs` is 256 bytes and `a.bsums` 32 bytes; by the RowGroup
+        // invariant the current block of every slot is in bounds.
+        let (sv, mv, d, dmin) = unsafe {
+            let bsums = load256(a.bsums.as_ptr().cast());
+            let mut sv = [_mm256_setzero_si256(); 8];
+            let mut mv = [_mm256_setzero_si256(); 8];
+            for r in 0..8 {
+                let p = s.at(r);
+                let (sc, mins) = k4_scales(p);
+                let v = if Q5 { q5_k_values(p) } else { q4_k_values(p) };
+                let mut t = _mm256_setzero_si256();
+                for (j, vj) in v.iter().enumerate() {
+                    let aj = load256(a.qs.as_ptr().add(32 * j).cast());
+                    let pj = _mm256_maddubs_epi16(*vj, aj);
+                    let scj = _mm256_shuffle_epi8(sc, bcast16_mask(j));
+                    t = _mm256_add_epi32(t, _mm256_madd_epi16(pj, scj));
+                }
+                sv[r] = t;
+                mv[r] = _mm256_madd_epi16(mins, bsums);
+            }
+            let (d, dmin) = d_dmin8(&s);
+            (reduce8(&sv), reduce8(&mv), d, dmin)
+        };
+        let da = _mm256_set1_ps(a.d);
+        let c = _mm256_sub_ps(
+            _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da)),
+            _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
+        );
+        acc = _mm256_add_ps(acc, c);
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// Q4_K x Q8_K group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q4_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    // SAFETY: same contract.
+    unsafe { k4_group::<false>(g, act, out) }
+}
+
+/// Q5_K x Q8_K group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q5_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    // SAFETY: same contract.
+    unsafe { k4_group::<true>(g, act, out) }
+}
+
+/// Q6_K x Q8_K group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = _mm256_setzero_ps();
+    for a in &act[..g.nblocks()] {
+        // SAFETY: activation arrays are 256 / 32 bytes; the current 210-byte
+        // block of every slot is in bounds (RowGroup invariant).
+        let (sv, d) = unsafe {
+            let bsums = load256(a.bsums.as_ptr().cast());
+            let mut sv = [_mm256_setzero_si256(); 8];
+            for (r, svr) in sv.iter_mut().enumerate() {
+                let p = s.at(r);
+                let sc8 = load128(p.add(q6_k::SCALES));
+                let sc_all = _mm256_cvtepi8_epi16(sc8);
+                let sc_h = [
+                    _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8)),
+                    _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128::<8>(sc8))),
+                ];
+                let v = q6_k_values(p);
+                let mut t = _mm256_setzero_si256();
+                for (i, vi) in v.iter().enumerate() {
+                    let (h, tt) = (i / 4, i % 4);
+                    let ai = load256(a.qs.as_ptr().add(32 * i).cast());
+                    let pi = _mm256_maddubs_epi16(*vi, ai);
+                    let sci = _mm256_shuffle_epi8(sc_h[h], pair16_mask(tt));
+                    t = _mm256_add_epi32(t, _mm256_madd_epi16(pi, sci));
+                }
+                // sum sc_j (v - 32) a = sum sc_j v a - 32 sum sc_j bsum_j.
+                let bias = _mm256_madd_epi16(sc_all, bsums);
+                *svr = _mm256_sub_epi32(t, _mm256_slli_epi32::<5>(bias));
+            }
+            (reduce8(&sv), fp16_at8(&s, q6_k::D))
+        };
+        let c = _mm256_mul_ps(
+            _mm256_cvtepi32_ps(sv),
+            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
+        );
+        acc = _mm256_add_ps(acc, c);
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// CQ4 super-block kernel (64 channels).
+///
+/// Per kg-block (128 bytes = 64 channels x 4 columns), each 32-byte vector
+/// holds 16 channels; nibbles are split, looked up in `cb_i8` (`pshufb`),
+/// and re-interleaved so that each i32 lane holds one channel's 4 weights;
+/// `dot_i8` against the broadcast 4 activations gives that channel's
+/// partial sum. The unpack leaves channels in the order
+/// `{0-3, 8-11}`, `{4-7, 12-15}` per 16; two `permute2x128` restore it
+/// once per group.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn cq4_superblock(
+    b: &PanelBlock<'_>,
+    act: &Cq4Act<'_>,
+    lut: &CbLut,
+    out: &mut [f32; 64],
+) {
+    let ng = b.groups();
+    assert!(
+        act.q.len() >= ng * 128 && act.scale.len() >= ng,
+        "activations"
+    );
+    let m4 = _mm256_set1_epi8(0x0F);
+    // SAFETY: cb_i8 is 16 bytes.
+    let table = _mm256_broadcastsi128_si256(unsafe { load128(lut.cb_i8().as_ptr().cast()) });
+    let panels = b.panels().as_ptr();
+    let folded = b.folded_bytes().as_ptr();
+    let q = act.q.as_ptr().cast::<u8>();
+    let mut accf = [_mm256_setzero_ps(); 8];
+    for g in 0..ng {
+        let mut acc = [_mm256_setzero_si256(); 8];
+        for kg in 0..KG_PER_GROUP {
+            // SAFETY: PanelBlock::new checked panels = ng * 32 * 128 bytes and
+            // the assert above q >= ng * 128 bytes: kg-block (g, kg) and its 4
+            // activations are in bounds.
+            unsafe {
+                let qd = _mm256_set1_epi32(super::read_u32(q.add(g * 128 + kg * 4)) as i32);
+                let blk = panels.add((g * KG_PER_GROUP + kg) * 128);
+                for h in 0..4 {
+                    let bytes = load256(blk.add(32 * h));
+                    let lo = _mm256_shuffle_epi8(table, _mm256_and_si256(bytes, m4));
+                    let hi = _mm256_shuffle_epi8(
+                        table,
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(bytes), m4),
+                    );
+                    let w0 = _mm256_unpacklo_epi8(lo, hi);
+                    let w1 = _mm256_unpackhi_epi8(lo, hi);
+                    acc[2 * h] = _mm256_add_epi32(acc[2 * h], dot_i8(w0, qd));
+                    acc[2 * h + 1] = _mm256_add_epi32(acc[2 * h + 1], dot_i8(w1, qd));
+                }
+            }
+        }
+        let sc = _mm256_set1_ps(act.scale[g]);
+        for h in 0..4 {
+            let first = _mm256_permute2x128_si256::<0x20>(acc[2 * h], acc[2 * h + 1]);
+            let second = _mm256_permute2x128_si256::<0x31>(acc[2 * h], acc[2 * h + 1]);
+            for (i, v) in [(2 * h, first), (2 * h + 1, second)] {
+                // SAFETY: folded holds ng * 64 f32; channels 8i..8i+8 of group g.
+                let f = unsafe { _mm256_loadu_ps(folded.add((g * 64 + 8 * i) * 4).cast()) };
+                accf[i] = _mm256_add_ps(
+                    accf[i],
+                    _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), sc), f),
+                );
+            }
+        }
+    }
+    for (i, a) in accf.iter().enumerate() {
+        // SAFETY: `out` is 64 f32; 8i + 8 <= 64.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), *a) };
+    }
+}

@@ -1,0 +1,344 @@
+//! x86-64 SIMD kernels: [`avx2`] and (with a Rust >= 1.89 compiler)
+//! [`avx512`], plus the AVX2 building blocks both share.
+//!
+//! Every kernel reproduces the scalar reference ([`crate::scalar`]) bit for
+//! bit. The integer parts are exact by construction (bounds in the comments
+//! at each unsigned-operand trick); the float part of a ggml group kernel
+//! runs with one f32 lane per row slot, so each lane executes exactly the
+//! scalar sequence of operations for its row.
+
+pub mod avx2;
+// Compiled only by rustc >= 1.89 (cfg set by build.rs), where the AVX-512
+// intrinsics are stable.
+#[cfg(kernels_avx512)]
+#[clippy::msrv = "1.89"]
+pub mod avx512;
+
+use core::arch::x86_64::*;
+
+/// Lane `r` of the result = the sum of the 8 i32 lanes of `v[r]` (exact).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn reduce8(v: &[__m256i; 8]) -> __m256i {
+    let h01 = _mm256_hadd_epi32(v[0], v[1]);
+    let h23 = _mm256_hadd_epi32(v[2], v[3]);
+    let h45 = _mm256_hadd_epi32(v[4], v[5]);
+    let h67 = _mm256_hadd_epi32(v[6], v[7]);
+    // [v0a v1a v2a v3a | v0b v1b v2b v3b]: a/b = low/high 128-bit lane sums.
+    let h0123 = _mm256_hadd_epi32(h01, h23);
+    let h4567 = _mm256_hadd_epi32(h45, h67);
+    let lo = _mm256_permute2x128_si256::<0x20>(h0123, h4567);
+    let hi = _mm256_permute2x128_si256::<0x31>(h0123, h4567);
+    _mm256_add_epi32(lo, hi)
+}
+
+/// Eight fp16 values (bits) widened to f32, lane `r` = `h[r]` (exact).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) fn fp16x8(h: &[u16; 8]) -> __m256 {
+    let v = _mm_set_epi16(
+        h[7] as i16,
+        h[6] as i16,
+        h[5] as i16,
+        h[4] as i16,
+        h[3] as i16,
+        h[2] as i16,
+        h[1] as i16,
+        h[0] as i16,
+    );
+    _mm256_cvtph_ps(v)
+}
+
+/// Per-slot block pointers of a row group, advanced one block at a time.
+pub(crate) struct Slots {
+    p: [*const u8; 8],
+    stride: [usize; 8],
+}
+
+impl Slots {
+    /// The slots of `g`, at block 0.
+    #[inline(always)]
+    pub(crate) fn new(g: &crate::ggml::RowGroup<'_>) -> Self {
+        let base = g.data().as_ptr();
+        let mut p = [base; 8];
+        for (q, &o) in p.iter_mut().zip(g.offsets()) {
+            // wrapping_add: no dereference here; the RowGroup invariant
+            // makes every pointer produced for b < nblocks in bounds.
+            *q = base.wrapping_add(o);
+        }
+        Slots {
+            p,
+            stride: *g.strides(),
+        }
+    }
+
+    /// Pointer to the current block of slot `r`.
+    #[inline(always)]
+    pub(crate) fn at(&self, r: usize) -> *const u8 {
+        self.p[r]
+    }
+
+    /// Move every slot to its next block.
+    #[inline(always)]
+    pub(crate) fn advance(&mut self) {
+        for (q, &s) in self.p.iter_mut().zip(&self.stride) {
+            *q = q.wrapping_add(s);
+        }
+    }
+}
+
+/// Read an unaligned little-endian u16.
+///
+/// # Safety
+/// `p..p + 2` must be readable.
+#[inline(always)]
+pub(crate) unsafe fn read_u16(p: *const u8) -> u16 {
+    // SAFETY: the caller guarantees 2 readable bytes; read_unaligned has no
+    // alignment requirement.
+    unsafe { p.cast::<u16>().read_unaligned() }
+}
+
+/// Read an unaligned little-endian u32.
+///
+/// # Safety
+/// `p..p + 4` must be readable.
+#[inline(always)]
+pub(crate) unsafe fn read_u32(p: *const u8) -> u32 {
+    // SAFETY: the caller guarantees 4 readable bytes.
+    unsafe { p.cast::<u32>().read_unaligned() }
+}
+
+/// 32 bytes at `p`.
+///
+/// # Safety
+/// `p..p + 32` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn load256(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 32 readable bytes; loadu is unaligned.
+    unsafe { _mm256_loadu_si256(p.cast()) }
+}
+
+/// 16 bytes at `p`.
+///
+/// # Safety
+/// `p..p + 16` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn load128(p: *const u8) -> __m128i {
+    // SAFETY: the caller guarantees 16 readable bytes; loadu is unaligned.
+    unsafe { _mm_loadu_si128(p.cast()) }
+}
+
+/// The 32 five-bit values of a Q5_0 block at `p` (unsigned, 0..=31), in
+/// weight order: bytes 0..16 = low nibbles of `qs`, 16..32 = high nibbles,
+/// bit 4 from `qh` bit `j` for weight `j`.
+///
+/// # Safety
+/// `p..p + 22` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn q5_0_values(p: *const u8) -> __m256i {
+    use crate::blocks::q5_0;
+    // SAFETY: qs is 16 bytes at offset 6 and qh 4 bytes at offset 2 of the
+    // 22-byte block the caller guarantees.
+    let (qs, qh) = unsafe { (load128(p.add(q5_0::QS)), read_u32(p.add(q5_0::QH))) };
+    let m4 = _mm_set1_epi8(0x0F);
+    let lo = _mm_and_si128(qs, m4);
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(qs), m4);
+    let nib = _mm256_set_m128i(hi, lo);
+    // Byte j of `spread` = byte j / 8 of qh; select bit j % 8.
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(qh as i32),
+        _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0x0000_0000_0000_0000,
+        ),
+    );
+    let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits);
+    _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
+}
+
+/// The 8 sub-blocks (32 values each, unsigned) of a Q4_K block at `p`:
+/// `v[j]` = weights `32j..32j+32`.
+///
+/// # Safety
+/// `p..p + 144` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn q4_k_values(p: *const u8) -> [__m256i; 8] {
+    use crate::blocks::q4_k;
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut v = [_mm256_setzero_si256(); 8];
+    for c in 0..4 {
+        // SAFETY: qs is 128 bytes at offset 16 of the 144-byte block.
+        let q = unsafe { load256(p.add(q4_k::QS + 32 * c)) };
+        v[2 * c] = _mm256_and_si256(q, m4);
+        v[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+    }
+    v
+}
+
+/// Bit `j` of each byte of `qh`, moved to bit 4 (`j` in 0..8).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn qh_bit4(qh: __m256i, j: usize) -> __m256i {
+    // An epi16 shift by s <= 4 moves bit j of *each* byte to bit 4 of the
+    // same byte: bits crossing the byte boundary land outside the 0x10 mask.
+    let s = match j {
+        0 => _mm256_slli_epi16::<4>(qh),
+        1 => _mm256_slli_epi16::<3>(qh),
+        2 => _mm256_slli_epi16::<2>(qh),
+        3 => _mm256_slli_epi16::<1>(qh),
+        4 => qh,
+        5 => _mm256_srli_epi16::<1>(qh),
+        6 => _mm256_srli_epi16::<2>(qh),
+        _ => _mm256_srli_epi16::<3>(qh),
+    };
+    _mm256_and_si256(s, _mm256_set1_epi8(0x10))
+}
+
+/// The 8 sub-blocks (32 five-bit values each) of a Q5_K block at `p`.
+///
+/// # Safety
+/// `p..p + 176` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn q5_k_values(p: *const u8) -> [__m256i; 8] {
+    use crate::blocks::q5_k;
+    let m4 = _mm256_set1_epi8(0x0F);
+    // SAFETY: qh is 32 bytes at offset 16 of the 176-byte block.
+    let qh = unsafe { load256(p.add(q5_k::QH)) };
+    let mut v = [_mm256_setzero_si256(); 8];
+    for c in 0..4 {
+        // SAFETY: qs is 128 bytes at offset 48 of the 176-byte block.
+        let q = unsafe { load256(p.add(q5_k::QS + 32 * c)) };
+        v[2 * c] = _mm256_or_si256(_mm256_and_si256(q, m4), qh_bit4(qh, 2 * c));
+        v[2 * c + 1] = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
+            qh_bit4(qh, 2 * c + 1),
+        );
+    }
+    v
+}
+
+/// The 8 runs of 32 six-bit values (unsigned, 0..=63) of a Q6_K block at
+/// `p`: `v[4h + t]` = weights `128h + 32t .. +32`, whose low 16 use scale
+/// `8h + 2t` and high 16 scale `8h + 2t + 1`.
+///
+/// # Safety
+/// `p..p + 210` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn q6_k_values(p: *const u8) -> [__m256i; 8] {
+    use crate::blocks::q6_k;
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m3 = _mm256_set1_epi8(0x03);
+    let m30 = _mm256_set1_epi8(0x30);
+    let mut v = [_mm256_setzero_si256(); 8];
+    for h in 0..2 {
+        // SAFETY: ql is 128 bytes at offset 0, qh 64 bytes at offset 128 of
+        // the 210-byte block.
+        let (ql0, ql1, qh) = unsafe {
+            (
+                load256(p.add(q6_k::QL + 64 * h)),
+                load256(p.add(q6_k::QL + 64 * h + 32)),
+                load256(p.add(q6_k::QH + 32 * h)),
+            )
+        };
+        // Masked before shifting, or masked after: no bit crosses into a
+        // kept position of the neighbouring byte.
+        v[4 * h] = _mm256_or_si256(
+            _mm256_and_si256(ql0, m4),
+            _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m3)),
+        );
+        v[4 * h + 1] = _mm256_or_si256(
+            _mm256_and_si256(ql1, m4),
+            _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
+        );
+        v[4 * h + 2] = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+            _mm256_and_si256(qh, m30),
+        );
+        v[4 * h + 3] = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+            _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
+        );
+    }
+    v
+}
+
+/// `pshufb` masks broadcasting i16 element `j` of each 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn bcast16_mask(j: usize) -> __m256i {
+    let b = (2 * j) as i8;
+    _mm256_set1_epi16(((b as i16 + 1) << 8) | b as i16)
+}
+
+/// `pshufb` mask putting i16 element `2t` in the low lane and `2t + 1` in the
+/// high lane (both broadcast across their lane).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn pair16_mask(t: usize) -> __m256i {
+    let lo = (4 * t) as i16;
+    let hi = (4 * t + 2) as i16;
+    _mm256_set_m128i(
+        _mm_set1_epi16(((hi + 1) << 8) | hi),
+        _mm_set1_epi16(((lo + 1) << 8) | lo),
+    )
+}
+
+/// Q4_K / Q5_K scales as 8 i16 broadcast to both lanes, and the mins
+/// duplicated per pair (`[m0 m0 m1 m1 .. m7 m7]` as 16 i16).
+///
+/// # Safety
+/// `p..p + 16` must be readable (the block header: d, dmin, scales).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn k4_scales(p: *const u8) -> (__m256i, __m256i) {
+    let mut s = [0u8; 12];
+    // SAFETY: the 12 scale bytes at offset 4 are readable.
+    unsafe { core::ptr::copy_nonoverlapping(p.add(4), s.as_mut_ptr(), 12) };
+    let (sc, m) = crate::blocks::unpack_k4_scales(&s);
+    let sc16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(u64::from_le_bytes(sc) as i64));
+    let m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(u64::from_le_bytes(m) as i64));
+    let mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+    (_mm256_broadcastsi128_si256(sc16), mins)
+}
+
+/// d and dmin (fp16 at offsets 0 and 2) of 8 k-quant blocks, widened.
+///
+/// # Safety
+/// Each `p[r]..p[r] + 4` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) unsafe fn d_dmin8(s: &Slots) -> (__m256, __m256) {
+    let mut d = [0u16; 8];
+    let mut m = [0u16; 8];
+    for r in 0..8 {
+        // SAFETY: the caller guarantees 4 readable bytes at every slot.
+        let w = unsafe { read_u32(s.at(r)) };
+        d[r] = w as u16;
+        m[r] = (w >> 16) as u16;
+    }
+    (fp16x8(&d), fp16x8(&m))
+}
+
+/// fp16 at offset `off` of the 8 current blocks, widened.
+///
+/// # Safety
+/// Each `p[r] + off..+2` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) unsafe fn fp16_at8(s: &Slots, off: usize) -> __m256 {
+    let mut d = [0u16; 8];
+    for (r, x) in d.iter_mut().enumerate() {
+        // SAFETY: guaranteed by the caller.
+        *x = unsafe { read_u16(s.at(r).add(off)) };
+    }
+    fp16x8(&d)
+}

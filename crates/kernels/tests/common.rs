@@ -1,0 +1,93 @@
+//! Shared test helpers: seeded data, ggml and CQ4 matrices.
+#![allow(dead_code)]
+
+use cq4::rng::{fill_gaussian, SplitMix64};
+use ggml_quants::quantize_rows;
+use kernels::aligned::AlignedBytes;
+use kernels::{Family, QuantFormat, RowLayout};
+use weights_file::interleave;
+
+/// `n` standard normal f32 values from `seed`.
+pub fn gaussian(seed: u64, n: usize) -> Vec<f32> {
+    let mut v = vec![0f64; n];
+    fill_gaussian(&mut SplitMix64::new(seed), &mut v);
+    v.into_iter().map(|x| x as f32).collect()
+}
+
+/// Plain ggml bytes of an `n x k` Gaussian matrix (row `r` scaled by
+/// `1 + r % 5` so rows differ in scale).
+pub fn ggml_plain(format: QuantFormat, n: usize, k: usize, seed: u64) -> Vec<u8> {
+    let mut w = gaussian(seed, n * k);
+    for (r, row) in w.chunks_exact_mut(k).enumerate() {
+        let s = 1.0 + (r % 5) as f32;
+        row.iter_mut().for_each(|v| *v *= s * 0.05);
+    }
+    let ty = format.ggml_type();
+    let mut out = vec![0u8; n * k / ty.block_size() * ty.type_size()];
+    quantize_rows(ty, &w, k, &mut out).unwrap();
+    out
+}
+
+/// Random block bytes with finite, moderate fp16 scales (every other byte
+/// arbitrary: extreme quants, 6-bit scales of 63, Q6_K scales of -128).
+pub fn ggml_random_bytes(format: QuantFormat, n: usize, k: usize, seed: u64) -> Vec<u8> {
+    let ty = format.ggml_type();
+    let bb = ty.type_size();
+    let len = n * k / ty.block_size() * bb;
+    let mut rng = SplitMix64::new(seed);
+    let mut out: Vec<u8> = (0..len).map(|_| (rng.next_u64() >> 56) as u8).collect();
+    let fp16_fields: &[usize] = match format {
+        QuantFormat::Q8_0 | QuantFormat::Q5_0 => &[0],
+        QuantFormat::Q4K | QuantFormat::Q5K => &[0, 2],
+        QuantFormat::Q6K => &[208],
+    };
+    for blk in out.chunks_exact_mut(bb) {
+        for &o in fp16_fields {
+            // exponent 0x0C..0x13 (about 2^-3 .. 2^4), random sign and mantissa
+            let e = 12 + (rng.next_u64() % 8) as u16;
+            let m = (rng.next_u64() & 0x3FF) as u16;
+            let s = ((rng.next_u64() & 1) as u16) << 15;
+            let h = s | (e << 10) | m;
+            blk[o..o + 2].copy_from_slice(&h.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// The bytes of `plain` in `layout`, in a 64-byte aligned buffer.
+pub fn in_layout(
+    format: QuantFormat,
+    n: usize,
+    k: usize,
+    plain: &[u8],
+    layout: RowLayout,
+) -> AlignedBytes {
+    match layout {
+        RowLayout::RowMajor => AlignedBytes::copy_of(plain),
+        RowLayout::Interleaved(f) => {
+            let bb = format.block_bytes();
+            let rb = k / format.block_weights() * bb;
+            let mut out = vec![0u8; plain.len()];
+            interleave::repack(plain, n, rb, bb, f, &mut out).unwrap();
+            AlignedBytes::copy_of(&out)
+        }
+    }
+}
+
+/// A CQ4 tensor written through cq4's encoder: (scales blob, panels).
+pub fn cq4_tensor(family: Family, n: usize, k: usize, seed: u64) -> (Vec<u8>, AlignedBytes, usize) {
+    let bundle = cq4::Bundle::new(cq4::DEFAULT_SEED);
+    let enc = bundle.encoder(family, n, k).unwrap();
+    let mut w = gaussian(seed, n * k);
+    for (r, row) in w.chunks_exact_mut(k).enumerate() {
+        let s = 0.02 * (1.0 + (r % 7) as f32);
+        row.iter_mut().for_each(|v| *v *= s);
+    }
+    let geom = enc.geometry();
+    let mut panels = vec![0u8; geom.data_bytes()];
+    let mut norms = vec![0u16; n * geom.num_groups()];
+    enc.encode_superblocks(0, &w, &mut panels, &mut norms)
+        .unwrap();
+    let blob = enc.scales_blob(&norms).unwrap();
+    (blob, AlignedBytes::copy_of(&panels), geom.k())
+}

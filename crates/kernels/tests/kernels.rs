@@ -1,0 +1,337 @@
+//! Every tier equals the scalar reference bit for bit; R4/R8 equal plain
+//! bit for bit (tails included); parallel equals sequential; kernels stay
+//! within the documented bounds of the f64 oracle.
+
+mod common;
+
+use common::*;
+use kernels::aligned::AlignedBytes;
+use kernels::ggml::ALL_FORMATS;
+use kernels::oracle::{compare, ggml_oracle, panel_oracle, panel_oracle_factored};
+use kernels::{
+    available, Exec, Family, Gemv, GgmlMatrix, Isa, PanelMatrix, QuantFormat, RowLayout, Workspace,
+};
+
+fn run(m: &dyn Gemv, x: &[f32], isa: Isa, parallel: bool) -> Vec<f32> {
+    let mut y = vec![f32::NAN; m.rows()];
+    let mut ws = Workspace::new();
+    m.gemv(x, &mut y, &mut ws, Exec::new(isa, parallel))
+        .unwrap();
+    y
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+const LAYOUTS: [RowLayout; 3] = [
+    RowLayout::RowMajor,
+    RowLayout::Interleaved(4),
+    RowLayout::Interleaved(8),
+];
+
+/// (rows, blocks per row): N not a multiple of 4/8/64, 90 blocks per row
+/// (a row of 2880 weights for Q8_0/Q5_0), a single block.
+const GGML_SHAPES: [(usize, usize); 9] = [
+    (1, 1),
+    (3, 2),
+    (5, 3),
+    (7, 90),
+    (8, 1),
+    (9, 90),
+    (17, 5),
+    (33, 4),
+    (71, 2),
+];
+
+#[test]
+fn tiers_in_use() {
+    let a = available();
+    eprintln!("available ISAs: {a:?}");
+    assert!(a.contains(&Isa::Scalar));
+}
+
+#[test]
+fn ggml_every_tier_and_layout_equals_scalar_plain() {
+    for format in ALL_FORMATS {
+        let qk = format.block_weights();
+        for (si, &(n, nb)) in GGML_SHAPES.iter().enumerate() {
+            let k = nb * qk;
+            let x = gaussian(1000 + si as u64, k);
+            for (di, plain) in [
+                ggml_plain(format, n, k, 7 + si as u64),
+                ggml_random_bytes(format, n, k, 99 + si as u64),
+            ]
+            .iter()
+            .enumerate()
+            {
+                let base = GgmlMatrix::new(format, RowLayout::RowMajor, n, k, plain).unwrap();
+                let want = run(&base, &x, Isa::Scalar, false);
+                assert!(want.iter().all(|v| v.is_finite()), "{format:?}");
+                for layout in LAYOUTS {
+                    let data = in_layout(format, n, k, plain, layout);
+                    let m = GgmlMatrix::new(format, layout, n, k, data.as_slice()).unwrap();
+                    for isa in available() {
+                        for parallel in [false, true] {
+                            let got = run(&m, &x, isa, parallel);
+                            assert_eq!(
+                                bits(&got),
+                                bits(&want),
+                                "{format:?} {n}x{k} data#{di} {layout:?} {isa} parallel={parallel}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn unaligned_buffers_give_the_same_bits() {
+    for format in ALL_FORMATS {
+        let (n, k) = (13, 3 * format.block_weights());
+        let plain = ggml_plain(format, n, k, 5);
+        let x = gaussian(6, k);
+        let aligned = in_layout(format, n, k, &plain, RowLayout::Interleaved(8));
+        assert_eq!(aligned.as_slice().as_ptr() as usize % 64, 0);
+        let mut shifted = vec![0u8; plain.len() + 1];
+        shifted[1..].copy_from_slice(aligned.as_slice());
+        let a =
+            GgmlMatrix::new(format, RowLayout::Interleaved(8), n, k, aligned.as_slice()).unwrap();
+        let b = GgmlMatrix::new(format, RowLayout::Interleaved(8), n, k, &shifted[1..]).unwrap();
+        for isa in available() {
+            assert_eq!(
+                bits(&run(&a, &x, isa, false)),
+                bits(&run(&b, &x, isa, false)),
+                "{format:?} {isa}"
+            );
+        }
+    }
+}
+
+fn cq4_cases() -> Vec<(Family, usize, usize)> {
+    let mut v = Vec::new();
+    for &(n, k) in &[
+        (1, 128),
+        (63, 128),
+        (64, 128),
+        (65, 256),
+        (100, 128),
+        (130, 384),
+        (37, 200),
+    ] {
+        v.push((Family::Hadamard, n, k));
+    }
+    for &(n, k) in &[(1, 128), (64, 128), (100, 128), (70, 256), (129, 200)] {
+        v.push((Family::Orthogonal, n, k));
+    }
+    v
+}
+
+#[test]
+fn cq4_every_tier_equals_scalar() {
+    for (ci, (family, n, k)) in cq4_cases().into_iter().enumerate() {
+        let (blob, panels, kp) = cq4_tensor(family, n, k, 40 + ci as u64);
+        let m = PanelMatrix::new(family, n, kp, &blob, panels.as_slice()).unwrap();
+        let mut x = gaussian(77 + ci as u64, kp);
+        x[k..].fill(0.0);
+        let want = run(&m, &x, Isa::Scalar, false);
+        assert!(want.iter().all(|v| v.is_finite()));
+        for isa in available() {
+            for parallel in [false, true] {
+                let got = run(&m, &x, isa, parallel);
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{family:?} {n}x{k} {isa} parallel={parallel}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn cq4_hostile_codebook_and_extreme_activations() {
+    // A codebook whose int8 image contains -128 and 127, and activations
+    // that hit +-127 in every group: the unsigned-operand tricks stay exact.
+    let (n, k) = (70, 256);
+    let (mut blob, panels, kp) = cq4_tensor(Family::Hadamard, n, k, 3);
+    let g = weights_file::panel::PanelGeometry::new(n, kp, 128).unwrap();
+    let cb = g.scales_layout(Family::Hadamard).codebook;
+    // entries +-127 at the ends: cb_scale = 1, cb_i8 spans -127..=127
+    let vals: [f32; 16] = [
+        -127.0, -100.0, -80.0, -60.0, -40.0, -20.0, -5.0, -1.0, 1.0, 5.0, 20.0, 40.0, 60.0, 80.0,
+        100.0, 127.0,
+    ];
+    for (i, v) in vals.iter().enumerate() {
+        let h = half_bits(*v);
+        blob[cb.offset + 2 * i..cb.offset + 2 * i + 2].copy_from_slice(&h.to_le_bytes());
+    }
+    let m = PanelMatrix::new(Family::Hadamard, n, kp, &blob, panels.as_slice()).unwrap();
+    assert!(m.lut().cb_i8().contains(&127) && m.lut().cb_i8().contains(&-127));
+    let mut x = vec![0f32; kp];
+    for (i, v) in x.iter_mut().enumerate() {
+        *v = if i % 3 == 0 { 1000.0 } else { -(i as f32) };
+    }
+    let want = run(&m, &x, Isa::Scalar, false);
+    for isa in available() {
+        assert_eq!(bits(&run(&m, &x, isa, true)), bits(&want), "{isa}");
+    }
+}
+
+fn half_bits(v: f32) -> u16 {
+    cq4::fp16::f64_to_f16_bits(v as f64)
+}
+
+/// Relative-L2 bounds the kernels are held to (see docs/KERNELS.md).
+fn bound_of(format: Option<QuantFormat>) -> f64 {
+    kernels::check::rel_l2_bound(&match format {
+        Some(f) => kernels::check::Kind::Ggml(f),
+        None => kernels::check::Kind::Cq4,
+    })
+}
+
+#[test]
+fn ggml_kernels_within_oracle_bounds() {
+    for format in ALL_FORMATS {
+        let k = if format.block_weights() == 32 {
+            2880
+        } else {
+            4096
+        };
+        let n = 203;
+        let plain = ggml_plain(format, n, k, 11);
+        let m = GgmlMatrix::new(format, RowLayout::RowMajor, n, k, &plain).unwrap();
+        let mut worst = 0f64;
+        for seed in 0..4 {
+            let x = gaussian(500 + seed, k);
+            let oracle = ggml_oracle(&m, &x).unwrap();
+            assert_eq!(oracle.nonfinite_weights, 0);
+            for isa in available() {
+                let y = run(&m, &x, isa, true);
+                let st = compare(&y, &oracle.y);
+                worst = worst.max(st.rel_l2);
+                assert!(
+                    st.rel_l2 <= bound_of(Some(format)),
+                    "{format:?} {isa}: {st:?}"
+                );
+            }
+        }
+        eprintln!(
+            "{format:?}: worst rel L2 {worst:.5} (bound {})",
+            bound_of(Some(format))
+        );
+    }
+}
+
+#[test]
+fn cq4_kernels_within_oracle_bounds() {
+    for (family, n, k) in [
+        (Family::Hadamard, 200, 2048),
+        (Family::Orthogonal, 200, 512),
+    ] {
+        let (blob, panels, kp) = cq4_tensor(family, n, k, 21);
+        let view = cq4::PanelTensorView::parse(family, n, kp, &blob, panels.as_slice()).unwrap();
+        let m = PanelMatrix::new(family, n, kp, &blob, panels.as_slice()).unwrap();
+        let mut worst = 0f64;
+        for seed in 0..4 {
+            let x = gaussian(600 + seed, kp);
+            let oracle = panel_oracle(&view, &x).unwrap();
+            let factored = panel_oracle_factored(&m, &x).unwrap();
+            let agree = compare(
+                &factored.y.iter().map(|&v| v as f32).collect::<Vec<_>>(),
+                &oracle.y,
+            );
+            assert!(agree.rel_l2 < 1e-6, "factored oracle {agree:?}");
+            for isa in available() {
+                let y = run(&m, &x, isa, true);
+                let st = compare(&y, &oracle.y);
+                worst = worst.max(st.rel_l2);
+                assert!(st.rel_l2 <= bound_of(None), "{family:?} {isa}: {st:?}");
+            }
+        }
+        eprintln!(
+            "CQ4 {family:?}: worst rel L2 {worst:.5} (bound {})",
+            bound_of(None)
+        );
+    }
+}
+
+#[test]
+fn embedding_rows_match_qdq() {
+    for family in [Family::Orthogonal, Family::Hadamard] {
+        let (n, k) = (90, 256);
+        let (blob, panels, kp) = cq4_tensor(family, n, k, 8);
+        let view = cq4::PanelTensorView::parse(family, n, kp, &blob, panels.as_slice()).unwrap();
+        let m = PanelMatrix::new(family, n, kp, &blob, panels.as_slice()).unwrap();
+        for row in [0, 45, 89] {
+            let mut want = vec![0f32; kp];
+            view.embedding_row(row, &mut want).unwrap();
+            let mut got = vec![0f32; kp];
+            m.embedding_row(row, &mut got).unwrap();
+            let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let err = want
+                .iter()
+                .zip(&got)
+                .fold(0f32, |a, (w, g)| a.max((w - g).abs()));
+            assert!(
+                err <= kernels::check::EMBEDDING_BOUND * scale,
+                "{family:?} row {row}: {err} vs {scale}"
+            );
+        }
+    }
+}
+
+#[test]
+fn aligned_bytes_are_64_aligned() {
+    let a = AlignedBytes::zeroed(1000);
+    assert_eq!(a.as_slice().as_ptr() as usize % 64, 0);
+}
+
+/// Kernel level: an int8 codebook holding -128 (not produced by
+/// `codebook_i8`, but the kernels must not care), random panel bytes,
+/// activations at +-127.
+#[test]
+fn cq4_kernels_exact_for_any_codebook_bytes() {
+    use kernels::act::Cq4Act;
+    use kernels::panel::{CbLut, PanelBlock};
+    let ng = 3;
+    let mut rng = cq4::rng::SplitMix64::new(5);
+    let panels: Vec<u8> = (0..ng * 4096).map(|_| rng.next_u64() as u8).collect();
+    let folded: Vec<u8> = (0..ng * 64)
+        .flat_map(|i| (0.5f32 + (i % 13) as f32 * 0.25).to_le_bytes())
+        .collect();
+    let q: Vec<i8> = (0..ng * 128)
+        .map(|i| {
+            if (rng.next_u64() >> 63) == 1 {
+                127
+            } else {
+                -127 + (i % 3) as i8
+            }
+        })
+        .collect();
+    let scale = vec![0.01f32, 0.5, 3.0];
+    let qsum: Vec<i32> = q
+        .chunks(128)
+        .map(|c| c.iter().map(|&v| v as i32).sum())
+        .collect();
+    let act = Cq4Act {
+        q: &q,
+        scale: &scale,
+        qsum: &qsum,
+    };
+    let lut = CbLut::new([
+        -128, -127, -100, -64, -1, 0, 1, 2, 3, 50, 64, 100, 120, 126, 127, -7,
+    ]);
+    let blk = PanelBlock::new(&panels, &folded, ng).unwrap();
+    let mut want = [0f32; 64];
+    kernels::scalar::cq4_superblock(&blk, &act, &lut, &mut want);
+    for isa in available() {
+        let mut got = [0f32; 64];
+        kernels::dispatch::kernels(isa)
+            .unwrap()
+            .cq4_superblock(&blk, &act, &lut, &mut got);
+        assert_eq!(bits(&got), bits(&want), "{isa}");
+    }
+}
