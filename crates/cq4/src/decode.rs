@@ -23,11 +23,20 @@ use crate::orthogonal::OrthogonalRotation;
 use crate::{Cq4Error, Family, GROUP_SIZE};
 
 /// Where the decoder finds R^T (as exact f32 values, row-major `[j][k]`).
-#[derive(Debug)]
 pub(crate) enum RtSource {
     None,
     Shared(Arc<OrthogonalRotation>),
     Owned(Vec<f32>),
+}
+
+impl std::fmt::Debug for RtSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RtSource::None => f.write_str("None"),
+            RtSource::Shared(r) => write!(f, "Shared(Kp = {})", r.kp()),
+            RtSource::Owned(v) => write!(f, "Owned({} values)", v.len()),
+        }
+    }
 }
 
 impl RtSource {
@@ -136,7 +145,6 @@ fn decode_row(dec: &Decoder, sb: &[u8], c: usize, norms: &[u16], out: &mut [f32]
 
 /// A validated, borrowed view of one packed-panel CQ4 tensor: its scales blob
 /// and data region (as found at the header's offsets).
-#[derive(Debug)]
 pub struct PanelTensorView<'a> {
     scales: &'a [u8],
     data: &'a [u8],
@@ -144,6 +152,18 @@ pub struct PanelTensorView<'a> {
     dec: Decoder,
     cb_bits: [u16; LEVELS],
     cb_scale: f32,
+}
+
+impl std::fmt::Debug for PanelTensorView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PanelTensorView")
+            .field("family", &self.dec.family)
+            .field("geometry", &self.dec.geometry)
+            .field("cb_scale", &self.cb_scale)
+            .field("scales_bytes", &self.scales.len())
+            .field("data_bytes", &self.data.len())
+            .finish_non_exhaustive()
+    }
 }
 
 fn u16_at(b: &[u8], i: usize) -> u16 {

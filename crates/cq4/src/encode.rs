@@ -192,11 +192,19 @@ const UNCERTAIN: u8 = 0xFF;
 /// `[x_b - e - w/100, x_{b+1} + e + w/100]`, or `UNCERTAIN` if a threshold lies
 /// in that widened interval. (`w/100` covers the rounding of the bucket
 /// computation, which is below 1e-11 buckets.)
-#[derive(Debug)]
 struct DecisionTable {
     range: f64,
     inv_w: f64,
     table: Vec<u8>,
+}
+
+impl std::fmt::Debug for DecisionTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecisionTable")
+            .field("range", &self.range)
+            .field("buckets", &self.table.len())
+            .finish()
+    }
 }
 
 impl DecisionTable {
@@ -237,7 +245,6 @@ impl DecisionTable {
 }
 
 /// The quantizer for one tensor. Cheap to share across threads.
-#[derive(Debug)]
 pub struct PanelEncoder {
     family: Family,
     k: usize,
@@ -252,6 +259,22 @@ pub struct PanelEncoder {
     table: DecisionTable,
     decoder: Decoder,
     fallbacks: AtomicU64,
+}
+
+impl std::fmt::Debug for PanelEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PanelEncoder")
+            .field("family", &self.family)
+            .field("n", &self.geometry.n())
+            .field("k", &self.k)
+            .field("kp", &self.geometry.k())
+            .field("codebook_d", &self.codebook.d)
+            .field("cb_factor", &self.cb_factor)
+            .field("cb_scale", &self.cb_scale)
+            .field("filter_bound", &self.filter_bound)
+            .field("exact_fallbacks", &self.exact_fallbacks())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Write the 4-bit index `idx` of (row `c` of the super-block, column `j`)

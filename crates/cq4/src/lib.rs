@@ -74,8 +74,9 @@ pub enum Cq4Error {
     /// An impossible panel shape.
     #[error(transparent)]
     Shape(#[from] PanelError),
-    /// An orthogonal rotation width that is not a positive multiple of 128.
-    #[error("orthogonal rotation width {kp} must be a positive multiple of 128")]
+    /// An orthogonal rotation width that is not a positive multiple of 128
+    /// up to [`orthogonal::MAX_ORTHOGONAL_KP`].
+    #[error("orthogonal rotation width {kp} must be a positive multiple of 128, at most 16384")]
     BadRotationWidth {
         /// The rejected width.
         kp: usize,

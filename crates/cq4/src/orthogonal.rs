@@ -35,8 +35,12 @@ const QP: usize = 32;
 /// Column-panel width of the packed rotation used by the encode kernel.
 pub(crate) const NR: usize = 8;
 
+/// Largest supported orthogonal width: the rotation needs `2 * Kp^2` f64 of
+/// working memory (4.3 GB at 16384) and `O(Kp^3)` time.
+pub const MAX_ORTHOGONAL_KP: usize = 16384;
+
 /// A dense orthogonal rotation for one padded width `Kp`.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct OrthogonalRotation {
     kp: usize,
     /// fp16 bits of R, row-major `[k][j]`.
@@ -47,6 +51,15 @@ pub struct OrthogonalRotation {
     pub(crate) packed: Vec<f32>,
     /// Upper bound on the Euclidean norm of every column of R.
     pub(crate) max_col_norm: f64,
+}
+
+impl std::fmt::Debug for OrthogonalRotation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrthogonalRotation")
+            .field("kp", &self.kp)
+            .field("max_col_norm", &self.max_col_norm)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The generator state for the orthogonal rotation of width `kp`.
@@ -150,7 +163,7 @@ fn reflect_partial(panel: &mut [f64], j: usize, q0: usize, v: &[f64], beta: f64)
 /// The f64 orthogonal factor `Q` (row-major, sign-normalized) of the Gaussian
 /// matrix for `(bundle_seed, kp)`. `kp` must be a positive multiple of 128.
 pub fn orthogonal_q(bundle_seed: u64, kp: usize) -> Result<Vec<f64>, Cq4Error> {
-    if kp == 0 || !kp.is_multiple_of(128) {
+    if kp == 0 || !kp.is_multiple_of(128) || kp > MAX_ORTHOGONAL_KP {
         return Err(Cq4Error::BadRotationWidth { kp });
     }
     let len = kp
@@ -378,5 +391,7 @@ mod tests {
         }
         assert!(OrthogonalRotation::new(DEFAULT_SEED, 100).is_err());
         assert!(OrthogonalRotation::new(DEFAULT_SEED, 0).is_err());
+        assert!(OrthogonalRotation::new(DEFAULT_SEED, MAX_ORTHOGONAL_KP + 128).is_err());
+        assert!(format!("{rot:?}").len() < 200);
     }
 }

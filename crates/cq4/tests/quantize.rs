@@ -303,6 +303,13 @@ fn bad_inputs_are_errors() {
         Err(Cq4Error::EmptyTensor { .. })
     ));
     assert!(bundle.encoder(Family::Hadamard, usize::MAX, 128).is_err());
+    assert!(matches!(
+        bundle.encoder(Family::Orthogonal, 10, 100_000),
+        Err(Cq4Error::BadRotationWidth { kp: 100_096 })
+    ));
+    // Debug output stays small (no dumped tables or matrices).
+    let o = bundle.encoder(Family::Orthogonal, 64, 256).unwrap();
+    assert!(format!("{o:?}").len() < 4000, "{}", format!("{o:?}").len());
     let enc = bundle.encoder(Family::Hadamard, 130, 128).unwrap();
     let sbb = enc.geometry().superblock_bytes();
     let w = gaussian(130, 128, 1);
