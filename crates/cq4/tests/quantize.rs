@@ -448,3 +448,29 @@ const GOLDEN: [(u64, u64); 2] = [
     (0xe4d7_615c_3f69_da75, 0xe222_1a0f_8652_a715),
     (0xf02a_1024_517e_59b2, 0x7faa_6e07_4cf0_4251),
 ];
+
+#[test]
+fn whole_file_passes_the_container_reader() {
+    let bundle = Bundle::new(DEFAULT_SEED);
+    for (family, n, k) in [
+        (Family::Hadamard, 100usize, 200usize),
+        (Family::Orthogonal, 70, 256),
+    ] {
+        let enc = bundle.encoder(family, n, k).unwrap();
+        let w = gaussian(n, k, 11);
+        let e = encode(&enc, &w, 1);
+        let header = enc.header();
+        let mut file = weights_file::write::prefix(&header, &e.blob).unwrap();
+        file.extend_from_slice(&e.panels);
+        let wf = weights_file::WeightsFile::parse(&file).unwrap();
+        assert_eq!(wf.header(), header);
+        assert_eq!(wf.scales(), &e.blob[..]);
+        assert_eq!(wf.data(), &e.panels[..]);
+        let kp = header.dims[1] as usize;
+        assert_eq!(kp % 128, 0);
+        let view =
+            PanelTensorView::parse(family, header.dims[0] as usize, kp, wf.scales(), wf.data())
+                .unwrap();
+        assert_eq!(view.geometry(), enc.geometry());
+    }
+}
