@@ -1,13 +1,453 @@
-//! `convert verify`: filled by the kernels issue.
+//! `convert verify`: every emitted file is run, not just written.
+//!
+//! For a bundle folder: each file named in `manifest.json` (tensor files
+//! and extra files) is hashed and compared with the manifest's sha256
+//! (unless `--no-hash`); each tensor file is then parsed, validated and its
+//! GEMV run on every requested ISA with the fixed seeded Gaussian
+//! activations of [`kernels::check::activations`] (seed
+//! [`kernels::check::SEED`]), compared with the dequantize-then-f64 oracle
+//! and with the scalar tier bit for bit (`kernels::check`). For a single
+//! `.weights` file there is no hash to check.
+//!
+//! Output: a table (or `--json`). Any failure exits 1 with a one-line
+//! error naming the failing files; unusable arguments exit 2.
 
-use anyhow::Result;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context, Result};
+use kernels::aligned::AlignedBytes;
+use kernels::check::{check_container, FileCheck};
+use kernels::Isa;
 
 use crate::cli::VerifyArgs;
 use crate::failure::bad_input;
+use crate::manifest::Manifest;
+use crate::output::{sha256, MANIFEST};
+
+/// What the hash check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hash {
+    Ok,
+    Mismatch,
+    Skipped,
+    /// A single file: there is no manifest to compare with.
+    NotApplicable,
+}
+
+impl Hash {
+    fn as_str(self) -> &'static str {
+        match self {
+            Hash::Ok => "ok",
+            Hash::Mismatch => "MISMATCH",
+            Hash::Skipped => "skipped",
+            Hash::NotApplicable => "-",
+        }
+    }
+}
+
+/// One file to verify.
+struct Target {
+    /// Name as shown (relative to the bundle).
+    name: String,
+    path: PathBuf,
+    /// Expected sha256 (bundle files).
+    sha256: Option<String>,
+    /// A tensor container (false: an extra file, hash only).
+    container: bool,
+}
+
+/// The outcome for one file.
+struct Outcome {
+    name: String,
+    hash: Hash,
+    /// Could not read the file, bad manifest name, ...
+    io_error: Option<String>,
+    check: Option<FileCheck>,
+}
+
+impl Outcome {
+    fn pass(&self) -> bool {
+        self.io_error.is_none()
+            && self.hash != Hash::Mismatch
+            && self.check.as_ref().is_none_or(FileCheck::pass)
+    }
+
+    /// A short reason for the failure line.
+    fn reason(&self) -> String {
+        if let Some(e) = &self.io_error {
+            return e.clone();
+        }
+        let mut r = Vec::new();
+        if self.hash == Hash::Mismatch {
+            r.push("sha256 mismatch".to_string());
+        }
+        if let Some(c) = &self.check {
+            r.extend(c.problems.iter().cloned());
+            for i in &c.isas {
+                if let Some(e) = &i.error {
+                    r.push(format!("{}: {e}", i.isa));
+                } else if !i.pass() {
+                    if i.identical_to_scalar == Some(false) {
+                        r.push(format!("{} differs from scalar", i.isa));
+                    }
+                    if i.stats.finiteness_mismatches > 0 {
+                        r.push(format!(
+                            "{}: {} outputs non-finite where the oracle is finite (or vice versa)",
+                            i.isa, i.stats.finiteness_mismatches
+                        ));
+                    }
+                    if i.stats.rel_l2 > i.bound {
+                        r.push(format!(
+                            "{}: relative L2 error {:.3e} > bound {:.1e}",
+                            i.isa, i.stats.rel_l2, i.bound
+                        ));
+                    }
+                }
+            }
+            if let Some(e) = c.embedding.as_ref().filter(|e| !e.pass()) {
+                r.push(format!(
+                    "embedding rows: max error {:.3e} of the row scale > {:.0e}",
+                    e.rel_max, e.bound
+                ));
+            }
+        }
+        r.join("; ")
+    }
+}
 
 pub fn run(args: &VerifyArgs) -> Result<()> {
-    Err(bad_input(format!(
-        "{}: verify is not implemented yet",
-        args.path.display()
-    )))
+    let isas = select_isas(&args.isa)?;
+    let p = &args.path;
+    let (targets, bundle) = if p.is_dir() {
+        (bundle_targets(p)?, true)
+    } else if p.is_file() {
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| p.display().to_string());
+        (
+            vec![Target {
+                name,
+                path: p.clone(),
+                sha256: None,
+                container: true,
+            }],
+            false,
+        )
+    } else {
+        return Err(bad_input(format!(
+            "{}: no such file or folder",
+            p.display()
+        )));
+    };
+    let outcomes: Vec<Outcome> = targets
+        .iter()
+        .map(|t| verify_one(t, &isas, args.no_hash))
+        .collect();
+    let text = if args.json {
+        json_report(p, bundle, &isas, &outcomes)?
+    } else {
+        table_report(&isas, &outcomes)
+    };
+    print!("{text}");
+    let failed: Vec<&Outcome> = outcomes.iter().filter(|o| !o.pass()).collect();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = failed
+        .iter()
+        .map(|o| format!("{} ({})", o.name, o.reason()))
+        .collect();
+    Err(anyhow!(
+        "verification failed: {} of {} files: {}",
+        failed.len(),
+        outcomes.len(),
+        list.join(", ")
+    ))
+}
+
+/// `all` = every ISA usable here; otherwise one named ISA, which must be
+/// usable.
+fn select_isas(arg: &str) -> Result<Vec<Isa>> {
+    if let Some(msg) = kernels::dispatch::force_error() {
+        return Err(bad_input(msg.to_string()));
+    }
+    let a = arg.trim().to_ascii_lowercase();
+    if a == "all" {
+        return Ok(kernels::available());
+    }
+    if kernels::dispatch::RESERVED_NAMES.contains(&a.as_str()) {
+        return Err(bad_input(format!(
+            "--isa {a}: not available on this machine (the aarch64 kernels are not built yet)"
+        )));
+    }
+    let Some(isa) = Isa::from_name(&a) else {
+        return Err(bad_input(format!(
+            "--isa {arg}: expected all, scalar, avx2, avx512, neon or sme2"
+        )));
+    };
+    if !isa.is_available() {
+        let why = if isa.hardware_supports() {
+            format!(
+                "capped by {}={}",
+                kernels::dispatch::FORCE_ENV,
+                kernels::dispatch::forced().map(Isa::name).unwrap_or("?")
+            )
+        } else {
+            "this CPU does not support it".to_string()
+        };
+        return Err(bad_input(format!("--isa {isa}: not available ({why})")));
+    }
+    Ok(vec![isa])
+}
+
+/// Every file the manifest names: tensor files (not `layout: source`), then
+/// the extra files (hash only).
+fn bundle_targets(dir: &Path) -> Result<Vec<Target>> {
+    let mpath = dir.join(MANIFEST);
+    let text = std::fs::read_to_string(&mpath)
+        .map_err(|e| bad_input(format!("{}: {e} (not a bundle folder?)", mpath.display())))?;
+    let m: Manifest = serde_json::from_str(&text)
+        .map_err(|e| bad_input(format!("{}: invalid manifest: {e}", mpath.display())))?;
+    let mut v = Vec::new();
+    for e in &m.tensors {
+        if let Some(f) = &e.file {
+            v.push(Target {
+                name: f.clone(),
+                path: dir.join(f),
+                sha256: Some(e.sha256.clone()),
+                container: true,
+            });
+        }
+    }
+    for e in &m.extra_files {
+        v.push(Target {
+            name: e.file.clone(),
+            path: dir.join(&e.file),
+            sha256: Some(e.sha256.clone()),
+            container: false,
+        });
+    }
+    Ok(v)
+}
+
+/// A manifest file name must be a plain name inside the bundle.
+fn safe_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\'])
+        && Path::new(name).is_relative()
+}
+
+fn verify_one(t: &Target, isas: &[Isa], no_hash: bool) -> Outcome {
+    let mut o = Outcome {
+        name: t.name.clone(),
+        hash: Hash::NotApplicable,
+        io_error: None,
+        check: None,
+    };
+    if t.sha256.is_some() && !safe_name(&t.name) {
+        o.io_error = Some("manifest names a path outside the bundle".into());
+        return o;
+    }
+    let bytes = match std::fs::read(&t.path) {
+        Ok(b) => b,
+        Err(e) => {
+            o.io_error = Some(format!("cannot read: {e}"));
+            return o;
+        }
+    };
+    if let Some(want) = &t.sha256 {
+        o.hash = if no_hash {
+            Hash::Skipped
+        } else if sha256(&bytes) == *want {
+            Hash::Ok
+        } else {
+            Hash::Mismatch
+        };
+    }
+    if t.container {
+        // The kernels see what an mmap gives them: a 64-byte aligned start.
+        let aligned = AlignedBytes::copy_of(&bytes);
+        drop(bytes);
+        o.check = Some(check_container(aligned.as_slice(), isas));
+    }
+    o
+}
+
+fn fmt_e(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.3e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+fn table_report(isas: &[Isa], outcomes: &[Outcome]) -> String {
+    let mut rows: Vec<[String; 9]> = Vec::new();
+    for o in outcomes {
+        let verdict = if o.pass() { "pass" } else { "FAIL" };
+        let Some(c) = &o.check else {
+            rows.push([
+                o.name.clone(),
+                "-".into(),
+                "-".into(),
+                o.hash.as_str().into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                match &o.io_error {
+                    Some(e) => format!("FAIL: {e}"),
+                    None => verdict.into(),
+                },
+            ]);
+            continue;
+        };
+        let shape = format!("{}x{}", c.shape.0, c.shape.1);
+        if c.isas.is_empty() {
+            rows.push([
+                o.name.clone(),
+                c.kind.clone(),
+                shape.clone(),
+                o.hash.as_str().into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                format!("FAIL: {}", c.problems.join("; ")),
+            ]);
+        }
+        for i in &c.isas {
+            let mut result = if i.pass() && c.problems.is_empty() && o.hash != Hash::Mismatch {
+                "pass".to_string()
+            } else {
+                "FAIL".to_string()
+            };
+            if i.identical_to_scalar == Some(true) {
+                result.push_str(" (= scalar)");
+            }
+            rows.push([
+                o.name.clone(),
+                c.kind.clone(),
+                shape.clone(),
+                o.hash.as_str().into(),
+                i.isa.name().into(),
+                fmt_e(i.stats.rel_l2),
+                fmt_e(i.stats.max_abs),
+                format!("{:.1e}", i.bound),
+                result,
+            ]);
+        }
+        if let Some(e) = &c.embedding {
+            rows.push([
+                o.name.clone(),
+                c.kind.clone(),
+                shape.clone(),
+                o.hash.as_str().into(),
+                "embed".into(),
+                "-".into(),
+                format!("{:.3e} rel", e.rel_max),
+                format!("{:.0e}", e.bound),
+                if e.pass() { "pass" } else { "FAIL" }.into(),
+            ]);
+        }
+    }
+    let header = [
+        "file", "kind", "shape", "sha256", "isa", "rel_l2", "max_abs", "bound", "result",
+    ];
+    let mut w = header.map(str::len);
+    for r in &rows {
+        for (wi, c) in w.iter_mut().zip(r) {
+            *wi = (*wi).max(c.len());
+        }
+    }
+    let mut s = String::new();
+    let line = |s: &mut String, cells: &[&str]| {
+        let mut l = String::new();
+        for (i, (c, wi)) in cells.iter().zip(&w).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                let _ = write!(l, "{c:<wi$}  ");
+            }
+        }
+        s.push_str(l.trim_end());
+        s.push('\n');
+    };
+    line(&mut s, &header);
+    for r in &rows {
+        let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+        line(&mut s, &cells);
+    }
+    let failed = outcomes.iter().filter(|o| !o.pass()).count();
+    let names: Vec<&str> = isas.iter().map(|i| i.name()).collect();
+    let _ = writeln!(
+        s,
+        "{} files, ISAs {}: {}",
+        outcomes.len(),
+        names.join(", "),
+        if failed == 0 {
+            "all passed".to_string()
+        } else {
+            format!("{failed} FAILED")
+        }
+    );
+    s
+}
+
+fn json_report(path: &Path, bundle: bool, isas: &[Isa], outcomes: &[Outcome]) -> Result<String> {
+    let num = |v: f64| {
+        if v.is_finite() {
+            serde_json::json!(v)
+        } else {
+            serde_json::json!(v.to_string())
+        }
+    };
+    let files: Vec<serde_json::Value> = outcomes
+        .iter()
+        .map(|o| {
+            let c = o.check.as_ref();
+            serde_json::json!({
+                "file": o.name,
+                "sha256": match o.hash {
+                    Hash::Ok => "ok",
+                    Hash::Mismatch => "mismatch",
+                    Hash::Skipped => "skipped",
+                    Hash::NotApplicable => "not_applicable",
+                },
+                "kind": c.map(|c| c.kind.clone()),
+                "shape": c.map(|c| vec![c.shape.0, c.shape.1]),
+                "problems": c.map(|c| c.problems.clone()).unwrap_or_default(),
+                "error": o.io_error,
+                "results": c.map(|c| c.isas.iter().map(|i| serde_json::json!({
+                    "isa": i.isa.name(),
+                    "rel_l2": num(i.stats.rel_l2),
+                    "max_abs": num(i.stats.max_abs),
+                    "bound": i.bound,
+                    "identical_to_scalar": i.identical_to_scalar,
+                    "error": i.error,
+                    "pass": i.pass(),
+                })).collect::<Vec<_>>()).unwrap_or_default(),
+                "embedding": c.and_then(|c| c.embedding.as_ref()).map(|e| serde_json::json!({
+                    "rows": e.rows,
+                    "rel_max": num(e.rel_max as f64),
+                    "bound": e.bound,
+                    "pass": e.pass(),
+                })),
+                "pass": o.pass(),
+            })
+        })
+        .collect();
+    let v = serde_json::json!({
+        "path": path.display().to_string(),
+        "bundle": bundle,
+        "isas": isas.iter().map(|i| i.name()).collect::<Vec<_>>(),
+        "activation_seed": format!("{:#018x}", kernels::check::SEED),
+        "files": files,
+        "pass": outcomes.iter().all(Outcome::pass),
+    });
+    Ok(serde_json::to_string_pretty(&v).context("JSON report")? + "\n")
 }
