@@ -30,7 +30,8 @@ use crate::fp16::{f16_bits_to_f32, f64_to_f16_bits};
 use crate::rng::{fill_gaussian, SplitMix64, ORTHOGONAL_SEED_TAG};
 use crate::Cq4Error;
 
-/// Column-panel width of the QR working layout.
+/// Column-panel width of the right-looking test oracle.
+#[cfg(test)]
 const QP: usize = 32;
 /// Column-panel width of the packed rotation used by the encode kernel.
 pub(crate) const NR: usize = 8;
@@ -68,10 +69,12 @@ pub fn orthogonal_seed(bundle_seed: u64, kp: usize) -> u64 {
 }
 
 /// Column-panel matrix: panel `p` holds columns `p*QP..(p+1)*QP`, row-major inside.
+#[cfg(test)]
 struct PanelMatrix {
     panels: Vec<Vec<f64>>,
 }
 
+#[cfg(test)]
 impl PanelMatrix {
     fn from_row_major(n: usize, a: &[f64]) -> Self {
         let np = n / QP;
@@ -117,6 +120,7 @@ impl PanelMatrix {
 }
 
 /// `reflect` on a whole panel (all `QP` columns): fixed-width loops.
+#[cfg(test)]
 #[inline]
 fn reflect_full(panel: &mut [f64], j: usize, v: &[f64], beta: f64) {
     let (rows, _) = panel.as_chunks_mut::<QP>();
@@ -139,6 +143,7 @@ fn reflect_full(panel: &mut [f64], j: usize, v: &[f64], beta: f64) {
 }
 
 /// `reflect` on columns `q0..QP` of a panel.
+#[cfg(test)]
 fn reflect_partial(panel: &mut [f64], j: usize, q0: usize, v: &[f64], beta: f64) {
     let n = panel.len() / QP;
     let mut s = [0.0f64; QP];
@@ -160,9 +165,178 @@ fn reflect_partial(panel: &mut [f64], j: usize, q0: usize, v: &[f64], beta: f64)
     }
 }
 
+/// Column-panel width of the left-looking QR.
+const LW: usize = 16;
+
+/// One Householder reflector `H = I - beta v v^T` acting on rows `j..Kp`
+/// (`beta == 0`: the identity step).
+struct Reflector {
+    v: Vec<f64>,
+    beta: f64,
+}
+
+/// Apply reflector `(j, v, beta)` to columns `q0..LW` of a row-major
+/// `Kp x LW` panel: `s_q = sum_{i=j..Kp} v_{i-j} * P[i][q]` (sequential in
+/// `i`), `t_q = beta * s_q`, `P[i][q] = P[i][q] - v_{i-j} * t_q`.
+fn apply_reflector(panel: &mut [[f64; LW]], j: usize, q0: usize, v: &[f64], beta: f64) {
+    let rows = &mut panel[j..];
+    let mut s = [0.0f64; LW];
+    let mut t = [0.0f64; LW];
+    if q0 == 0 {
+        for (row, &vi) in rows.iter().zip(v) {
+            for q in 0..LW {
+                s[q] += vi * row[q];
+            }
+        }
+        for q in 0..LW {
+            t[q] = beta * s[q];
+        }
+        for (row, &vi) in rows.iter_mut().zip(v) {
+            for q in 0..LW {
+                row[q] -= vi * t[q];
+            }
+        }
+    } else {
+        for (row, &vi) in rows.iter().zip(v) {
+            for q in q0..LW {
+                s[q] += vi * row[q];
+            }
+        }
+        for q in q0..LW {
+            t[q] = beta * s[q];
+        }
+        for (row, &vi) in rows.iter_mut().zip(v) {
+            for q in q0..LW {
+                row[q] -= vi * t[q];
+            }
+        }
+    }
+}
+
 /// The f64 orthogonal factor `Q` (row-major, sign-normalized) of the Gaussian
-/// matrix for `(bundle_seed, kp)`. `kp` must be a positive multiple of 128.
+/// matrix for `(bundle_seed, kp)`. `kp` must be a positive multiple of 128
+/// (at most [`MAX_ORTHOGONAL_KP`]).
+///
+/// Computed "left-looking": each column's sequence of operations depends
+/// only on the reflectors, so column panels (kept in cache) receive every
+/// earlier reflector in order, then the panel is factored; `Q` is formed
+/// panel by panel, all panels independent. Every element undergoes exactly
+/// the operations of the module docs in the same order, so the result is
+/// bit-identical to the step-by-step description for any thread count.
 pub fn orthogonal_q(bundle_seed: u64, kp: usize) -> Result<Vec<f64>, Cq4Error> {
+    if kp == 0 || !kp.is_multiple_of(128) || kp > MAX_ORTHOGONAL_KP {
+        return Err(Cq4Error::BadRotationWidth { kp });
+    }
+    let len = kp
+        .checked_mul(kp)
+        .ok_or(Cq4Error::BadRotationWidth { kp })?;
+    let np = kp / LW;
+    let mut panels: Vec<Vec<[f64; LW]>> = {
+        let mut g = vec![0.0f64; len];
+        fill_gaussian(
+            &mut SplitMix64::new(orthogonal_seed(bundle_seed, kp)),
+            &mut g,
+        );
+        (0..np)
+            .map(|p| {
+                g.chunks_exact(kp)
+                    .map(|row| core::array::from_fn(|q| row[p * LW + q]))
+                    .collect()
+            })
+            .collect()
+    };
+
+    let mut refl: Vec<Reflector> = Vec::with_capacity(kp);
+    let mut diag: Vec<f64> = Vec::with_capacity(kp);
+    // Panels factored per round; any value gives the same bits.
+    let group = rayon::current_num_threads().max(1);
+    let mut p0 = 0;
+    while p0 < np {
+        let p1 = (p0 + group).min(np);
+        // Every earlier reflector, in order, onto each panel of the round.
+        panels[p0..p1].par_iter_mut().for_each(|panel| {
+            for (j, r) in refl.iter().enumerate() {
+                if r.beta != 0.0 {
+                    apply_reflector(panel, j, 0, &r.v, r.beta);
+                }
+            }
+        });
+        // Factor the round's columns in order.
+        for c in p0 * LW..p1 * LW {
+            let (pc, qc) = (c / LW, c % LW);
+            let col = &panels[pc];
+            let mut ss = 0.0;
+            for row in &col[c..] {
+                ss += row[qc] * row[qc];
+            }
+            let alpha = ss.sqrt();
+            if alpha == 0.0 {
+                refl.push(Reflector {
+                    v: Vec::new(),
+                    beta: 0.0,
+                });
+                diag.push(0.0);
+                continue;
+            }
+            let ajj = col[c][qc];
+            let r = if ajj >= 0.0 { -alpha } else { alpha };
+            let mut v = Vec::with_capacity(kp - c);
+            v.push(ajj - r);
+            v.extend(col[c + 1..].iter().map(|row| row[qc]));
+            let mut vtv = 0.0;
+            for &x in &v {
+                vtv += x * x;
+            }
+            let beta = 2.0 / vtv;
+            for (p, panel) in panels.iter_mut().enumerate().take(p1).skip(pc) {
+                let q0 = if p == pc { qc + 1 } else { 0 };
+                if q0 < LW {
+                    apply_reflector(panel, c, q0, &v, beta);
+                }
+            }
+            refl.push(Reflector { v, beta });
+            diag.push(r);
+        }
+        p0 = p1;
+    }
+    drop(panels);
+
+    // Q = H_0 H_1 .. H_{Kp-1} I: column c receives H_c, H_{c-1}, .., H_0.
+    let qpanels: Vec<Vec<[f64; LW]>> = (0..np)
+        .into_par_iter()
+        .map(|p| {
+            let c0 = p * LW;
+            let mut panel = vec![[0.0f64; LW]; kp];
+            for q in 0..LW {
+                panel[c0 + q][q] = 1.0;
+            }
+            for j in (0..c0 + LW).rev() {
+                let r = &refl[j];
+                if r.beta != 0.0 {
+                    apply_reflector(&mut panel, j, j.saturating_sub(c0), &r.v, r.beta);
+                }
+            }
+            panel
+        })
+        .collect();
+
+    let mut out = vec![0.0f64; len];
+    for (i, row) in out.chunks_exact_mut(kp).enumerate() {
+        for (c, x) in row.iter_mut().enumerate() {
+            let val = qpanels[c / LW][i][c % LW];
+            *x = if diag[c] < 0.0 { -val } else { val };
+        }
+    }
+    Ok(out)
+}
+
+/// The right-looking transcription of the module docs (one pass over the
+/// trailing matrix per step); the test oracle for [`orthogonal_q`].
+#[cfg(test)]
+pub(crate) fn orthogonal_q_right_looking(
+    bundle_seed: u64,
+    kp: usize,
+) -> Result<Vec<f64>, Cq4Error> {
     if kp == 0 || !kp.is_multiple_of(128) || kp > MAX_ORTHOGONAL_KP {
         return Err(Cq4Error::BadRotationWidth { kp });
     }
@@ -357,6 +531,18 @@ mod tests {
     }
 
     #[test]
+    fn left_looking_equals_the_step_by_step_description() {
+        for kp in [128usize, 256, 384] {
+            let a = orthogonal_q(DEFAULT_SEED ^ 5, kp).unwrap();
+            let b = orthogonal_q_right_looking(DEFAULT_SEED ^ 5, kp).unwrap();
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "kp {kp}"
+            );
+        }
+    }
+
+    #[test]
     fn thread_count_does_not_change_q() {
         let one = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
@@ -366,8 +552,8 @@ mod tests {
             .num_threads(4)
             .build()
             .unwrap();
-        let a = one.install(|| orthogonal_q(DEFAULT_SEED, 256).unwrap());
-        let b = four.install(|| orthogonal_q(DEFAULT_SEED, 256).unwrap());
+        let a = one.install(|| orthogonal_q(DEFAULT_SEED, 384).unwrap());
+        let b = four.install(|| orthogonal_q(DEFAULT_SEED, 384).unwrap());
         assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
     }
 
