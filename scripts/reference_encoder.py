@@ -2,9 +2,10 @@
 """Independent numpy reference encoder for CQ4 packed-panel files (`.cq4p.weights`).
 
 Written only from docs/FORMAT.md (container, dtype policy, names) and
-docs/cq4-contract.md (the CQ4 byte contract). It shares no code with the Rust
+docs/FORMAT.md §CQ4 packed panels (the CQ4 byte contract, first drafted as
+docs/cq4-contract.md). It shares no code with the Rust
 encoder and never calls it. Section numbers in comments (§n) refer to
-docs/cq4-contract.md unless they name FORMAT.md.
+the CQ4 section of FORMAT.md unless they name another section.
 
 Usage:
   reference_encoder.py MODEL OUTDIR [--torch-dtype float32|bfloat16|float16]
@@ -532,7 +533,7 @@ def encode_tensor(W, family, seed):
     assert len(data) == SB64 * 64 * Kp // 2
 
     # SPEC-AMBIGUITY: FORMAT.md refers to a "§cq4" section that does not exist; the CQ4
-    # header fields are taken from cq4-contract.md §8 and the container rules of FORMAT.md.
+    # header fields are taken from FORMAT.md §CQ4.8 and the container rules of FORMAT.md.
     header = struct.pack(
         "<IIII4QIQQIIQ",
         CONTAINER_MAGIC, flags, ALIGNMENT, 2,

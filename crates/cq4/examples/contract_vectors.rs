@@ -1,4 +1,4 @@
-//! Print the test vectors quoted in `docs/cq4-contract.md`.
+//! Print the test vectors quoted in `docs/FORMAT.md` §CQ4 packed panels.
 //!
 //! `cargo run -p cq4 --release --example contract_vectors`
 

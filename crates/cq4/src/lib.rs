@@ -1,7 +1,7 @@
 //! CQ4: deterministic 4-bit codebook quantization of weight matrices into the
 //! packed-panel layout of `.cq4p.weights` files.
 //!
-//! The normative description of every stored byte is `docs/cq4-contract.md`.
+//! The normative description of every stored byte is `docs/FORMAT.md` §CQ4 packed panels.
 //! In short: per group (Hadamard family, 128 columns) or per row (orthogonal
 //! family) the weights are normalized by their L2 norm, rotated, and each
 //! rotated coordinate is replaced by the index of the nearest entry of a

@@ -1,4 +1,4 @@
-"""Re-derive the docs/cq4-contract.md test vectors with numpy, following the
+"""Re-derive the docs/FORMAT.md §CQ4 packed panels test vectors with numpy, following the
 document's text (not the Rust code). Written by the cq4 author as a self-check
 of the document; it is NOT the independent reference encoder.
 
