@@ -99,6 +99,16 @@ impl From<DtypeArg> for ggml_quants::TorchDtype {
     }
 }
 
+/// A u64 in decimal or `0x` hexadecimal.
+fn parse_u64(s: &str) -> Result<u64, String> {
+    let t = s.trim().replace('_', "");
+    let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => t.parse(),
+    };
+    r.map_err(|e| format!("{s:?} is not a u64 (decimal or 0x hex): {e}"))
+}
+
 /// The ggml types sidecar files can hold.
 #[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -159,7 +169,7 @@ pub struct ConvertArgs {
 
     /// With --bits 4: seed of the bundle's random rotations (Hadamard signs
     /// and permutation, orthogonal matrices). Output bytes depend on it.
-    #[arg(long, requires = "bits", value_name = "U64")]
+    #[arg(long, requires = "bits", value_name = "U64", value_parser = parse_u64)]
     pub seed: Option<u64>,
 
     /// Write every tensor as a plain row-major FP16 file (FP32 where a value
@@ -233,6 +243,28 @@ mod tests {
             Some(Command::Inspect(InspectArgs { json: true, .. }))
         ));
         assert!(Cli::try_parse_from(["convert", "only-one"]).is_err());
+    }
+
+    #[test]
+    fn seed_decimal_or_hex() {
+        let c = Cli::try_parse_from([
+            "convert",
+            "--bits",
+            "4",
+            "--seed",
+            "0x4351_3450_0000_0001",
+            "a",
+            "b",
+        ])
+        .unwrap();
+        assert_eq!(c.convert.seed, Some(0x4351_3450_0000_0001));
+        let c = Cli::try_parse_from(["convert", "--bits", "4", "--seed", "42", "a", "b"]).unwrap();
+        assert_eq!(c.convert.seed, Some(42));
+        assert!(Cli::try_parse_from(["convert", "--bits", "4", "--seed", "x", "a", "b"]).is_err());
+        assert!(
+            Cli::try_parse_from(["convert", "--seed", "1", "a", "b"]).is_err(),
+            "--seed needs --bits"
+        );
     }
 
     #[test]
