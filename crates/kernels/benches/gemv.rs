@@ -1,1 +1,344 @@
-fn main() {}
+//! GEMV throughput in GB/s of weight bytes streamed, per layout and shape,
+//! 1 and 2 threads, beside the machine's read bandwidth measured here (an
+//! f32 sum over a buffer several times larger than the L3 cache).
+//!
+//! "Cold" numbers (the headline): each timed pass runs the GEMV over enough
+//! distinct copies of the matrix to exceed `COLD_BYTES`, so the weights come
+//! from DRAM as in LLM decoding. "Hot": the same matrix over and over (it
+//! may sit in L2/L3), which shows the kernel's compute ceiling.
+//!
+//! `cargo bench -p kernels --bench gemv` (env `GEMV_BENCH_QUICK=1` for a
+//! short run, `GEMV_BENCH_ISA=avx2` to pick a tier; default: the best).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use cq4::rng::{fill_gaussian, SplitMix64};
+use ggml_quants::quantize_rows;
+use kernels::aligned::AlignedBytes;
+use kernels::{
+    Exec, Family, Gemv, GgmlMatrix, Isa, PanelMatrix, QuantFormat, RowLayout, Workspace,
+};
+use weights_file::interleave;
+use weights_file::panel::{PanelGeometry, RotationRegions};
+
+/// Working set of the cold passes (the reported L3 of the bench machine is
+/// 480 MiB; this is over 3x that).
+const COLD_BYTES: usize = 1536 << 20;
+
+fn quick() -> bool {
+    std::env::var_os("GEMV_BENCH_QUICK").is_some()
+}
+
+fn gaussian(seed: u64, n: usize) -> Vec<f32> {
+    let mut v = vec![0f64; n];
+    fill_gaussian(&mut SplitMix64::new(seed), &mut v);
+    v.into_iter().map(|x| x as f32).collect()
+}
+
+/// A pool of `threads` rayon threads (1: run on the caller, not parallel).
+struct Runner {
+    pool: Option<rayon::ThreadPool>,
+}
+
+impl Runner {
+    fn new(threads: usize) -> Self {
+        Runner {
+            pool: (threads > 1).then(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap()
+            }),
+        }
+    }
+
+    fn run<R: Send>(&self, f: impl FnOnce(bool) -> R + Send) -> R {
+        match &self.pool {
+            Some(p) => p.install(|| f(true)),
+            None => f(false),
+        }
+    }
+}
+
+/// Best pass throughput (GB/s) of `pass`, which streams `bytes`: other
+/// processes on the machine can only slow a pass down, so the best pass is
+/// the least disturbed estimate of what the machine can do.
+fn measure(bytes: usize, mut pass: impl FnMut()) -> f64 {
+    pass(); // warm-up (page faults, caches)
+    let budget = if quick() {
+        Duration::from_millis(300)
+    } else {
+        Duration::from_millis(1500)
+    };
+    let start = Instant::now();
+    let mut rates = Vec::new();
+    while rates.len() < 3 || (start.elapsed() < budget && rates.len() < 200) {
+        let t = Instant::now();
+        pass();
+        rates.push(bytes as f64 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    rates.into_iter().fold(0.0, f64::max)
+}
+
+fn read_bandwidth(threads: usize) -> f64 {
+    let n = COLD_BYTES / 4;
+    let buf: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+    let runner = Runner::new(threads);
+    let sum = |s: &[f32]| -> f32 {
+        let mut acc = [0f32; 32];
+        let (chunks, rest) = s.as_chunks::<32>();
+        for c in chunks {
+            for (a, v) in acc.iter_mut().zip(c) {
+                *a += v;
+            }
+        }
+        acc.iter().sum::<f32>() + rest.iter().sum::<f32>()
+    };
+    measure(n * 4, || {
+        let total: f32 = runner.run(|par| {
+            if par {
+                use rayon::prelude::*;
+                buf.par_chunks(n.div_ceil(threads)).map(sum).sum()
+            } else {
+                sum(&buf)
+            }
+        });
+        black_box(total);
+    })
+}
+
+/// Plain ggml bytes of an `n x k` matrix: 64 quantized Gaussian rows tiled.
+fn ggml_bytes(format: QuantFormat, n: usize, k: usize) -> Vec<u8> {
+    let ty = format.ggml_type();
+    let rb = k / ty.block_size() * ty.type_size();
+    let rows = 64.min(n);
+    let w: Vec<f32> = gaussian(1, rows * k).iter().map(|v| v * 0.05).collect();
+    let mut tile = vec![0u8; rows * rb];
+    quantize_rows(ty, &w, k, &mut tile).unwrap();
+    let mut out = Vec::with_capacity(n * rb);
+    while out.len() < n * rb {
+        let take = (n * rb - out.len()).min(tile.len());
+        out.extend_from_slice(&tile[..take]);
+    }
+    out
+}
+
+/// A synthetic panel tensor (random indices, plausible norms, the real
+/// Hadamard parameters / an arbitrary fp16 R): (scales blob, panels).
+fn panel_bytes(family: Family, n: usize, kp: usize) -> (Vec<u8>, Vec<u8>) {
+    let g = PanelGeometry::new(n, kp, 128).unwrap();
+    let l = g.scales_layout(family);
+    let bundle = cq4::Bundle::new(cq4::DEFAULT_SEED);
+    let enc = bundle.encoder(Family::Hadamard, 64, 128).unwrap();
+    let mut blob = vec![0u8; l.scales_bytes];
+    for (i, b) in enc.stored_codebook().iter().enumerate() {
+        blob[l.codebook.offset + 2 * i..][..2].copy_from_slice(&b.to_le_bytes());
+    }
+    for r in [l.input_scale, l.recip] {
+        for c in blob[r.range()].chunks_exact_mut(2) {
+            c.copy_from_slice(&0x3C00u16.to_le_bytes());
+        }
+    }
+    for c in blob[l.norms.range()].chunks_exact_mut(2) {
+        c.copy_from_slice(&0x2000u16.to_le_bytes());
+    }
+    for c in blob[l.folded.range()].chunks_exact_mut(4) {
+        c.copy_from_slice(&0.0078125f32.to_le_bytes());
+    }
+    match l.rotation {
+        RotationRegions::Hadamard { left, right, perm } => {
+            let h = bundle.hadamard();
+            for i in 0..128 {
+                blob[left.offset + i] = h.left[i] as u8;
+                blob[right.offset + i] = h.right[i] as u8;
+                blob[perm.offset + 4 * i..][..4].copy_from_slice(&h.perm[i].to_le_bytes());
+            }
+        }
+        RotationRegions::Orthogonal { r, r_t } => {
+            let mut rng = SplitMix64::new(3);
+            for reg in [r, r_t] {
+                for c in blob[reg.range()].chunks_exact_mut(2) {
+                    // small random fp16 values
+                    let h = 0x2000u16 | (rng.next_u64() as u16 & 0x83FF);
+                    c.copy_from_slice(&h.to_le_bytes());
+                }
+            }
+        }
+    }
+    let mut rng = SplitMix64::new(4);
+    let panels: Vec<u8> = (0..g.data_bytes())
+        .map(|_| (rng.next_u64() >> 32) as u8)
+        .collect();
+    (blob, panels)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Layout {
+    Panel(Family),
+    Ggml(QuantFormat, RowLayout),
+}
+
+impl Layout {
+    fn name(self) -> String {
+        match self {
+            Layout::Panel(Family::Hadamard) => "CQ4 panels (Hadamard)".into(),
+            Layout::Panel(Family::Orthogonal) => "CQ4 panels (orthogonal)".into(),
+            Layout::Ggml(f, l) => format!("{} {}", f.ggml_type(), l.name()),
+        }
+    }
+}
+
+/// (hot, cold) GB/s for `layout` at `n x k` with `threads`, or `None` when the
+/// shape does not fit the format.
+fn bench_case(
+    layout: Layout,
+    n: usize,
+    k: usize,
+    isa: Isa,
+    threads: &[usize],
+) -> Option<Vec<(f64, f64)>> {
+    // Each copy is a whole tensor: data (and for CQ4 its own scales blob,
+    // whose folded norms the kernel streams too).
+    let mut storage: Vec<(Vec<u8>, AlignedBytes)> = Vec::new();
+    match layout {
+        Layout::Ggml(f, l) => {
+            if !k.is_multiple_of(f.block_weights()) {
+                return None;
+            }
+            let plain = ggml_bytes(f, n, k);
+            let data = match l {
+                RowLayout::RowMajor => plain,
+                RowLayout::Interleaved(fac) => {
+                    let bb = f.block_bytes();
+                    let mut out = vec![0u8; plain.len()];
+                    interleave::repack(&plain, n, plain.len() / n, bb, fac, &mut out).unwrap();
+                    out
+                }
+            };
+            let copies = COLD_BYTES.div_ceil(data.len()).max(2);
+            for _ in 0..copies {
+                storage.push((Vec::new(), AlignedBytes::copy_of(&data)));
+            }
+        }
+        Layout::Panel(fam) => {
+            // The orthogonal family serves token embeddings and lm_head
+            // (N = vocabulary >> K): its activation transform costs K^2 per
+            // call, which only pays off there.
+            if !k.is_multiple_of(128) || (fam == Family::Orthogonal && n < 16 * k) {
+                return None;
+            }
+            let (b, panels) = panel_bytes(fam, n, k);
+            let copies = COLD_BYTES.div_ceil(panels.len() + b.len()).max(2);
+            for _ in 0..copies {
+                storage.push((b.clone(), AlignedBytes::copy_of(&panels)));
+            }
+        }
+    }
+    let mats: Vec<Box<dyn Gemv + '_>> = storage
+        .iter()
+        .map(|(blob, d)| -> Box<dyn Gemv> {
+            match layout {
+                Layout::Ggml(f, l) => Box::new(GgmlMatrix::new(f, l, n, k, d.as_slice()).unwrap()),
+                Layout::Panel(fam) => {
+                    Box::new(PanelMatrix::new(fam, n, k, blob, d.as_slice()).unwrap())
+                }
+            }
+        })
+        .collect();
+    let x = gaussian(9, k);
+    let mut y = vec![0f32; n];
+    let mut ws = Workspace::new();
+    let bytes = mats[0].weight_bytes();
+    let mut out = Vec::new();
+    for &t in threads {
+        let runner = Runner::new(t);
+        let one = |m: &dyn Gemv, y: &mut Vec<f32>, ws: &mut Workspace| {
+            runner.run(|par| m.gemv(&x, y, ws, Exec::new(isa, par)).unwrap());
+            black_box(&y);
+        };
+        let hot = measure(bytes, || one(mats[0].as_ref(), &mut y, &mut ws));
+        let cold = measure(bytes * mats.len(), || {
+            for m in &mats {
+                one(m.as_ref(), &mut y, &mut ws);
+            }
+        });
+        out.push((hot, cold));
+    }
+    Some(out)
+}
+
+fn main() {
+    // Ignore the arguments cargo passes (`--bench`).
+    let isa = std::env::var("GEMV_BENCH_ISA")
+        .ok()
+        .and_then(|s| Isa::from_name(&s))
+        .filter(|i| i.is_available())
+        .unwrap_or_else(kernels::best);
+    let threads = [1usize, 2];
+    let bw: Vec<f64> = threads.iter().map(|&t| read_bandwidth(t)).collect();
+    println!("ISA: {isa}; available: {:?}", kernels::available());
+    println!(
+        "read bandwidth (f32 sum over {} MiB): 1 thread {:.1} GB/s, 2 threads {:.1} GB/s",
+        COLD_BYTES >> 20,
+        bw[0],
+        bw[1]
+    );
+    let all_shapes = [(2048, 2048), (8192, 2048), (2048, 8192), (262144, 640)];
+    let shape_filter = std::env::var("GEMV_BENCH_SHAPE").ok();
+    // GEMV_BENCH_SHAPE=NxK runs that shape only (any N, K).
+    let shapes: Vec<(usize, usize)> = match shape_filter.as_deref().and_then(|f| {
+        let (n, k) = f.split_once('x')?;
+        Some((n.parse().ok()?, k.parse().ok()?))
+    }) {
+        Some(s) => vec![s],
+        None => all_shapes.to_vec(),
+    };
+    let layout_filter = std::env::var("GEMV_BENCH_LAYOUT").ok();
+    let mut layouts = vec![
+        Layout::Panel(Family::Hadamard),
+        Layout::Panel(Family::Orthogonal),
+    ];
+    for f in [QuantFormat::Q8_0, QuantFormat::Q4K, QuantFormat::Q6K] {
+        layouts.push(Layout::Ggml(f, RowLayout::RowMajor));
+        layouts.push(Layout::Ggml(f, RowLayout::Interleaved(8)));
+    }
+    println!();
+    println!("cold GB/s of weight bytes (1 thread / 2 threads; % of the read bandwidth at 2 threads); hot in brackets");
+    println!();
+    print!("| layout |");
+    for (n, k) in &shapes {
+        print!(" {n}x{k} |");
+    }
+    println!();
+    print!("|---|");
+    for _ in &shapes {
+        print!("---|");
+    }
+    println!();
+    for layout in layouts {
+        if layout_filter
+            .as_ref()
+            .is_some_and(|f| !layout.name().contains(f.as_str()))
+        {
+            continue;
+        }
+        print!("| {} |", layout.name());
+        for &(n, k) in &shapes {
+            match bench_case(layout, n, k, isa, &threads) {
+                None => print!(" n/a |"),
+                Some(r) => print!(
+                    " {:.1} / {:.1} ({:.0}%) [{:.1} / {:.1}] |",
+                    r[0].1,
+                    r[1].1,
+                    100.0 * r[1].1 / bw[1],
+                    r[0].0,
+                    r[1].0
+                ),
+            }
+            use std::io::Write;
+            std::io::stdout().flush().ok();
+        }
+        println!();
+    }
+}

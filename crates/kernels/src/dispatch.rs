@@ -184,6 +184,10 @@ pub type GroupFn<A> = unsafe fn(&RowGroup<'_>, &[A], &mut [f32; 8]);
 /// quantized activations.
 pub type PanelFn = unsafe fn(&PanelBlock<'_>, &Cq4Act<'_>, &CbLut, &mut [f32; 64]);
 
+/// The orthogonal activation transform of one tier:
+/// `z_j = sum_k (x_k * recip_k) * R[k][j]` (see [`crate::panel`]).
+pub type RotateFn = unsafe fn(&[f32], &[f32], &[u8], &mut [f32]);
+
 /// The kernels of one tier. A `&Kernels` can only be obtained from
 /// [`kernels`], which checks that the CPU supports the tier; that is the
 /// safety argument of every call through these pointers.
@@ -196,6 +200,7 @@ pub struct Kernels {
     pub(crate) q5_k: GroupFn<BlockQ8K>,
     pub(crate) q6_k: GroupFn<BlockQ8K>,
     pub(crate) cq4: PanelFn,
+    pub(crate) rotate: RotateFn,
 }
 
 macro_rules! safe_group {
@@ -236,6 +241,14 @@ impl Kernels {
         q6_k_group, q6_k, BlockQ8K
     );
 
+    /// The orthogonal activation transform of this tier: `x`, `recip` and
+    /// `z` hold `Kp` values, `r` the `Kp x Kp` fp16 R (LE bytes).
+    pub fn orthogonal_rotate(&self, x: &[f32], recip: &[f32], r: &[u8], z: &mut [f32]) {
+        // SAFETY: a `Kernels` value is only handed out by `kernels()` for a
+        // tier the CPU supports (Isa::is_available).
+        unsafe { (self.rotate)(x, recip, r, z) }
+    }
+
     /// CQ4 super-block kernel of this tier.
     pub fn cq4_superblock(
         &self,
@@ -258,6 +271,7 @@ static SCALAR: Kernels = Kernels {
     q5_k: crate::scalar::q5_k_group,
     q6_k: crate::scalar::q6_k_group,
     cq4: crate::scalar::cq4_superblock,
+    rotate: crate::scalar::orthogonal_rotate,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -269,6 +283,7 @@ static AVX2: Kernels = Kernels {
     q5_k: crate::x86::avx2::q5_k_group,
     q6_k: crate::x86::avx2::q6_k_group,
     cq4: crate::x86::avx2::cq4_superblock,
+    rotate: crate::x86::avx2::orthogonal_rotate,
 };
 
 #[cfg(all(target_arch = "x86_64", kernels_avx512))]
@@ -280,6 +295,7 @@ static AVX512: Kernels = Kernels {
     q5_k: crate::x86::avx512::q5_k_group,
     q6_k: crate::x86::avx512::q6_k_group,
     cq4: crate::x86::avx512::cq4_superblock,
+    rotate: crate::x86::avx512::orthogonal_rotate,
 };
 
 /// The kernel table of `isa`, or [`KernelError::IsaUnavailable`] when the

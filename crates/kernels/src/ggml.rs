@@ -88,6 +88,10 @@ impl<'a> RowGroup<'a> {
     pub fn nblocks(&self) -> usize {
         self.nblocks
     }
+    /// Bytes per block.
+    pub fn block_bytes(&self) -> usize {
+        self.block_bytes
+    }
     /// Block `b` of slot `slot`.
     pub fn block(&self, slot: usize, b: usize) -> &'a [u8] {
         let o = self.offsets[slot] + b * self.strides[slot];

@@ -108,17 +108,17 @@ impl<'a> PanelBlock<'a> {
     }
 }
 
-/// The rotation of a panel tensor, widened for the activation transform.
+/// The rotation of a panel tensor.
 #[derive(Debug, Clone)]
-enum Rotation {
+enum Rotation<'a> {
     Hadamard {
         left: Box<[f32; GROUP]>,
         right: Box<[f32; GROUP]>,
         perm: Box<[usize; GROUP]>,
     },
     Orthogonal {
-        /// R, `Kp x Kp` row-major, f32.
-        r: Vec<f32>,
+        /// R, `Kp x Kp` row-major, fp16 LE (borrowed from the scales blob).
+        r: &'a [u8],
     },
 }
 
@@ -138,7 +138,7 @@ pub struct PanelMatrix<'a> {
     codebook: [f32; 16],
     recip: Vec<f32>,
     input_scale: Vec<f32>,
-    rotation: Rotation,
+    rotation: Rotation<'a>,
 }
 
 fn u16_at(b: &[u8], i: usize) -> u16 {
@@ -233,14 +233,9 @@ impl<'a> PanelMatrix<'a> {
                     perm: Box::new(p),
                 }
             }
-            RotationRegions::Orthogonal { r, .. } => {
-                let rb = &scales[r.range()];
-                Rotation::Orthogonal {
-                    r: (0..kp * kp)
-                        .map(|i| f16_bits_to_f32(u16_at(rb, i)))
-                        .collect(),
-                }
-            }
+            RotationRegions::Orthogonal { r, .. } => Rotation::Orthogonal {
+                r: &scales[r.range()],
+            },
         };
         Ok(PanelMatrix {
             family,
@@ -315,8 +310,10 @@ impl<'a> PanelMatrix<'a> {
     }
 
     /// The rotated activations `z` (`Kp`) of `x` (`Kp`, zero-padded by the
-    /// caller), per the module docs.
-    pub fn rotate(&self, x: &[f32], z: &mut [f32]) -> Result<(), KernelError> {
+    /// caller), per the module docs. The orthogonal product runs on `isa`'s
+    /// transform (same arithmetic on every tier: per `j`, a sequential sum
+    /// over `k` of f32 products, no FMA).
+    pub fn rotate(&self, x: &[f32], z: &mut [f32], isa: crate::Isa) -> Result<(), KernelError> {
         check_len("x (Kp)", self.kp, x.len())?;
         check_len("z (Kp)", self.kp, z.len())?;
         match &self.rotation {
@@ -338,13 +335,7 @@ impl<'a> PanelMatrix<'a> {
                 }
             }
             Rotation::Orthogonal { r } => {
-                z.fill(0.0);
-                for ((&xk, &rk), row) in x.iter().zip(&self.recip).zip(r.chunks_exact(self.kp)) {
-                    let a = xk * rk;
-                    for (zj, &rkj) in z.iter_mut().zip(row) {
-                        *zj += a * rkj;
-                    }
-                }
+                kernels(isa)?.orthogonal_rotate(x, &self.recip, r, z);
             }
         }
         Ok(())
@@ -360,6 +351,14 @@ impl<'a> PanelMatrix<'a> {
             b & 15
         } else {
             b >> 4
+        }
+    }
+
+    /// `R[k][j]` (fp16 widened), orthogonal family only (else 0).
+    fn r_at(&self, k: usize, j: usize) -> f32 {
+        match &self.rotation {
+            Rotation::Orthogonal { r } => f16_bits_to_f32(u16_at(r, k * self.kp + j)),
+            Rotation::Hadamard { .. } => 0.0,
         }
     }
 
@@ -386,9 +385,9 @@ impl<'a> PanelMatrix<'a> {
         match &self.rotation {
             Rotation::Orthogonal { r } => {
                 // t_j = sum_k R[k][j] * xs_k
-                for (row, &xk) in r.chunks_exact(kp).zip(&xs) {
-                    for (tj, &rkj) in t.iter_mut().zip(row) {
-                        *tj += rkj as f64 * xk;
+                for (row, &xk) in r.chunks_exact(2 * kp).zip(&xs) {
+                    for (tj, h) in t.iter_mut().zip(row.chunks_exact(2)) {
+                        *tj += f16_bits_to_f32(u16::from_le_bytes([h[0], h[1]])) as f64 * xk;
                     }
                 }
             }
@@ -422,15 +421,15 @@ impl<'a> PanelMatrix<'a> {
         }
         let norm = |g: usize| f16_bits_to_f32(u16_at(self.norms, row * self.ng + g));
         match &self.rotation {
-            Rotation::Orthogonal { r } => {
+            Rotation::Orthogonal { .. } => {
                 let nrm = norm(0);
                 let y: Vec<f32> = (0..self.kp)
                     .map(|j| self.codebook[self.index(row, j) as usize])
                     .collect();
-                for (k, (o, rk)) in out.iter_mut().zip(r.chunks_exact(self.kp)).enumerate() {
+                for (k, o) in out.iter_mut().enumerate() {
                     let mut a = 0f32;
-                    for (&yj, &rkj) in y.iter().zip(rk) {
-                        a += yj * rkj;
+                    for (j, &yj) in y.iter().enumerate() {
+                        a += yj * self.r_at(k, j);
                     }
                     *o = (a * nrm) / self.input_scale[k];
                 }
@@ -482,7 +481,7 @@ impl Gemv for PanelMatrix<'_> {
         c.q.resize(self.kp, 0);
         c.scale.resize(self.ng, 0.0);
         c.qsum.resize(self.ng, 0);
-        self.rotate(x, &mut c.z)?;
+        self.rotate(x, &mut c.z, exec.isa)?;
         quantize_groups(&c.z, &mut c.q, &mut c.scale, &mut c.qsum)?;
         let act = Cq4Act {
             q: &c.q,

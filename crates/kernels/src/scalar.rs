@@ -89,3 +89,27 @@ pub fn cq4_superblock(b: &PanelBlock<'_>, act: &Cq4Act<'_>, lut: &CbLut, out: &m
         *o = acc;
     }
 }
+
+/// The orthogonal activation transform (reference): `z` (`Kp`) from `x`,
+/// `recip` (`Kp`) and R (`Kp x Kp` fp16 LE, row-major):
+///
+/// ```text
+/// z = 0; for k in 0..Kp: a = x[k] * recip[k]; for j: z[j] = z[j] + a * R[k][j]
+/// ```
+///
+/// i.e. for each `j` a sequential f32 sum over `k` (products rounded, then
+/// added; no FMA).
+pub fn orthogonal_rotate(x: &[f32], recip: &[f32], r: &[u8], z: &mut [f32]) {
+    let kp = x.len();
+    assert!(
+        recip.len() == kp && z.len() == kp && r.len() == 2 * kp * kp,
+        "shapes"
+    );
+    z.fill(0.0);
+    for ((&xk, &rk), row) in x.iter().zip(recip).zip(r.chunks_exact(2 * kp)) {
+        let a = xk * rk;
+        for (zj, h) in z.iter_mut().zip(row.chunks_exact(2)) {
+            *zj += a * ggml_quants::float::fp16_to_f32([h[0], h[1]]);
+        }
+    }
+}

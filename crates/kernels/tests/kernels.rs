@@ -335,3 +335,27 @@ fn cq4_kernels_exact_for_any_codebook_bytes() {
         assert_eq!(bits(&got), bits(&want), "{isa}");
     }
 }
+
+#[test]
+fn orthogonal_transform_is_identical_on_every_tier() {
+    for kp in [128usize, 640] {
+        let mut rng = cq4::rng::SplitMix64::new(kp as u64);
+        let r: Vec<u8> = (0..kp * kp)
+            .flat_map(|_| {
+                let h = 0x2000u16 | (rng.next_u64() as u16 & 0x83FF);
+                h.to_le_bytes()
+            })
+            .collect();
+        let x = gaussian(3, kp);
+        let recip: Vec<f32> = (0..kp).map(|i| 1.0 + (i % 3) as f32 * 0.5).collect();
+        let mut want = vec![0f32; kp];
+        kernels::scalar::orthogonal_rotate(&x, &recip, &r, &mut want);
+        for isa in available() {
+            let mut z = vec![1f32; kp];
+            kernels::dispatch::kernels(isa)
+                .unwrap()
+                .orthogonal_rotate(&x, &recip, &r, &mut z);
+            assert_eq!(bits(&z), bits(&want), "{isa} kp={kp}");
+        }
+    }
+}

@@ -55,6 +55,7 @@ pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
             _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
         );
         acc = _mm256_add_ps(acc, c);
+        s.prefetch();
         s.advance();
     }
     // SAFETY: `out` is 8 f32.
@@ -89,6 +90,7 @@ pub unsafe fn q5_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
             _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
         );
         acc = _mm256_add_ps(acc, c);
+        s.prefetch();
         s.advance();
     }
     // SAFETY: `out` is 8 f32.
@@ -135,6 +137,7 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
             _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
         );
         acc = _mm256_add_ps(acc, c);
+        s.prefetch();
         s.advance();
     }
     // SAFETY: `out` is 8 f32.
@@ -204,6 +207,7 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
             _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
         );
         acc = _mm256_add_ps(acc, c);
+        s.prefetch();
         s.advance();
     }
     // SAFETY: `out` is 8 f32.
@@ -250,6 +254,10 @@ pub unsafe fn cq4_superblock(
             unsafe {
                 let qd = _mm256_set1_epi32(super::read_u32(q.add(g * 128 + kg * 4)) as i32);
                 let blk = panels.add((g * KG_PER_GROUP + kg) * 128);
+                // A hint only: never faults, even past the end of the data.
+                let ahead = blk.wrapping_add(super::CQ4_PREFETCH_BYTES);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64).cast());
                 for h in 0..4 {
                     let bytes = load256(blk.add(32 * h));
                     let lo = _mm256_shuffle_epi8(table, _mm256_and_si256(bytes, m4));
@@ -281,5 +289,44 @@ pub unsafe fn cq4_superblock(
     for (i, a) in accf.iter().enumerate() {
         // SAFETY: `out` is 64 f32; 8i + 8 <= 64.
         unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), *a) };
+    }
+}
+
+/// The orthogonal activation transform ([`crate::scalar::orthogonal_rotate`]),
+/// 8 columns per vector, R widened with F16C; four `k` per pass over `z`
+/// (each `z_j` still receives its products in `k` order).
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn orthogonal_rotate(x: &[f32], recip: &[f32], r: &[u8], z: &mut [f32]) {
+    let kp = x.len();
+    assert!(
+        recip.len() == kp && z.len() == kp && r.len() == 2 * kp * kp && kp.is_multiple_of(8),
+        "shapes"
+    );
+    z.fill(0.0);
+    let zp = z.as_mut_ptr();
+    let rp = r.as_ptr();
+    let mut k = 0;
+    while k < kp {
+        let nk = 4.min(kp - k);
+        let mut a = [_mm256_setzero_ps(); 4];
+        for (t, at) in a.iter_mut().enumerate().take(nk) {
+            *at = _mm256_set1_ps(x[k + t] * recip[k + t]);
+        }
+        for j in (0..kp).step_by(8) {
+            // SAFETY: j + 8 <= kp (kp % 8 == 0); rows k..k+nk of R hold
+            // 2 * kp bytes each inside `r` (length checked above).
+            unsafe {
+                let mut acc = _mm256_loadu_ps(zp.add(j));
+                for (t, at) in a.iter().enumerate().take(nk) {
+                    let w = _mm256_cvtph_ps(load128(rp.add(2 * ((k + t) * kp + j))));
+                    acc = _mm256_add_ps(acc, _mm256_mul_ps(*at, w));
+                }
+                _mm256_storeu_ps(zp.add(j), acc);
+            }
+        }
+        k += nk;
     }
 }

@@ -12,8 +12,8 @@
 use core::arch::x86_64::*;
 
 use super::{
-    bcast16_mask, d_dmin8, fp16_at8, k4_scales, load128, load256, pair16_mask, q4_k_values,
-    q5_0_values, q5_k_values, q6_k_values, read_u32, reduce8, Slots,
+    bcast16_mask, d_dmin8, fp16_at8, k4_scales, load128, load256, q5_0_values, read_u32, reduce8,
+    Slots,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
 use crate::blocks::{q6_k, q8_0};
@@ -49,6 +49,7 @@ pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
             _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
         );
         acc = _mm256_add_ps(acc, c);
+        s.prefetch();
         s.advance();
     }
     // SAFETY: `out` is 8 f32.
@@ -80,40 +81,104 @@ pub unsafe fn q5_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
             _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
         );
         acc = _mm256_add_ps(acc, c);
+        s.prefetch();
         s.advance();
     }
     // SAFETY: `out` is 8 f32.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
-/// Shared Q4_K / Q5_K body (`Q5`: the blocks are Q5_K).
+/// Two 256-bit halves as one 512-bit vector.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn join(lo: __m256i, hi: __m256i) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+}
+
+/// The two 256-bit halves added (8 i32 partial sums).
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn fold(v: __m512i) -> __m256i {
+    _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
+}
+
+/// 64 bytes at `p`.
+///
+/// # Safety
+/// `p..p + 64` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn load512(p: *const u8) -> __m512i {
+    // SAFETY: the caller guarantees 64 readable bytes; loadu is unaligned.
+    unsafe { _mm512_loadu_si512(p.cast()) }
+}
+
+/// Shared Q4_K / Q5_K body (`Q5`: the blocks are Q5_K), two sub-blocks per
+/// 512-bit vector: vector `i` (`e = i / 2`, `h = i % 2`) holds sub-blocks
+/// `4e + h` (low half) and `4e + 2 + h` (high half), i.e. the low (`h = 0`)
+/// or high nibbles of `qs[64e..64e + 64]`; the activations are gathered to
+/// match once per block.
 ///
 /// # Safety
 /// AVX2, F16C, AVX-512 F/BW/VL, VNNI.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    use crate::blocks::{q4_k, q5_k};
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let mut s = Slots::new(g);
     let mut acc = _mm256_setzero_ps();
+    let pairs = [(0, 2), (1, 3), (4, 6), (5, 7)];
+    let smask = pairs.map(|(a, b)| join(bcast16_mask(a), bcast16_mask(b)));
+    let hmask = pairs.map(|(a, b)| {
+        join(
+            _mm256_set1_epi8(1 << a),
+            _mm256_set1_epi8((1i32 << b) as i8),
+        )
+    });
+    let m4 = _mm512_set1_epi8(0x0F);
+    let b16 = _mm512_set1_epi8(0x10);
+    let qs_off = if Q5 { q5_k::QS } else { q4_k::QS };
     for a in &act[..g.nblocks()] {
         // SAFETY: `a.qs` is 256 bytes and `a.bsums` 32 bytes; the current
-        // block of every slot is in bounds (RowGroup invariant).
+        // block of every slot is in bounds (RowGroup invariant): qs is 128
+        // bytes at `qs_off`, qh 32 bytes at 16 (Q5_K).
         let (sv, mv, d, dmin) = unsafe {
+            let q = a.qs.as_ptr().cast::<u8>();
+            let av = [
+                join(load256(q), load256(q.add(64))),
+                join(load256(q.add(32)), load256(q.add(96))),
+                join(load256(q.add(128)), load256(q.add(192))),
+                join(load256(q.add(160)), load256(q.add(224))),
+            ];
             let bsums = load256(a.bsums.as_ptr().cast());
             let mut sv = [_mm256_setzero_si256(); 8];
             let mut mv = [_mm256_setzero_si256(); 8];
             for r in 0..8 {
                 let p = s.at(r);
                 let (sc, mins) = k4_scales(p);
-                let v = if Q5 { q5_k_values(p) } else { q4_k_values(p) };
-                let mut t = _mm256_setzero_si256();
-                for (j, vj) in v.iter().enumerate() {
-                    let aj = load256(a.qs.as_ptr().add(32 * j).cast());
-                    let pj = _mm256_maddubs_epi16(*vj, aj);
-                    t = _mm256_dpwssd_epi32(t, pj, _mm256_shuffle_epi8(sc, bcast16_mask(j)));
+                let sc4 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc));
+                let z0 = load512(p.add(qs_off));
+                let z1 = load512(p.add(qs_off + 64));
+                let mut v = [
+                    _mm512_and_si512(z0, m4),
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(z0), m4),
+                    _mm512_and_si512(z1, m4),
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(z1), m4),
+                ];
+                if Q5 {
+                    let qh2 = _mm512_broadcast_i64x4(load256(p.add(q5_k::QH)));
+                    for (vi, hm) in v.iter_mut().zip(&hmask) {
+                        let k = _mm512_test_epi8_mask(qh2, *hm);
+                        *vi = _mm512_or_si512(*vi, _mm512_maskz_mov_epi8(k, b16));
+                    }
                 }
-                sv[r] = t;
+                let mut t = _mm512_setzero_si512();
+                for i in 0..4 {
+                    let pi = _mm512_maddubs_epi16(v[i], av[i]);
+                    t = _mm512_dpwssd_epi32(t, pi, _mm512_shuffle_epi8(sc4, smask[i]));
+                }
+                sv[r] = fold(t);
                 mv[r] = _mm256_madd_epi16(mins, bsums);
             }
             let (d, dmin) = d_dmin8(&s);
@@ -125,6 +190,7 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
             _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
         );
         acc = _mm256_add_ps(acc, c);
+        s.prefetch();
         s.advance();
     }
     // SAFETY: `out` is 8 f32.
@@ -151,7 +217,11 @@ pub unsafe fn q5_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
     unsafe { k4_group::<true>(g, act, out) }
 }
 
-/// Q6_K x Q8_K group kernel.
+/// Q6_K x Q8_K group kernel. Per half `h` of the block, one 512-bit vector
+/// holds weights `128h .. 128h + 64` (low nibbles of `ql[64h..64h + 64]`)
+/// and another `128h + 64 .. 128h + 128` (high nibbles); the 2 high bits come
+/// from `qh[32h..32h + 32]` with a per-half variable shift; each 128-bit lane
+/// (16 weights) has its own scale, spread with `vpermw`.
 ///
 /// # Safety
 /// The CPU must support AVX2, F16C, AVX-512 F/BW/VL and VNNI.
@@ -160,33 +230,58 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let mut s = Slots::new(g);
     let mut acc = _mm256_setzero_ps();
+    let m4 = _mm512_set1_epi8(0x0F);
+    let m30 = _mm512_set1_epi8(0x30);
+    let shl = join(_mm256_set1_epi16(4), _mm256_set1_epi16(2));
+    let shr = join(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
+    // Scale index of 128-bit lane L of vector (h, t): 8h + 4t + L.
+    let sidx: [[__m512i; 2]; 2] = core::array::from_fn(|h| {
+        core::array::from_fn(|t| {
+            let b = (8 * h + 4 * t) as i16;
+            join(
+                _mm256_set_m128i(_mm_set1_epi16(b + 1), _mm_set1_epi16(b)),
+                _mm256_set_m128i(_mm_set1_epi16(b + 3), _mm_set1_epi16(b + 2)),
+            )
+        })
+    });
     for a in &act[..g.nblocks()] {
         // SAFETY: activation arrays are 256 / 32 bytes; the current 210-byte
-        // block of every slot is in bounds (RowGroup invariant).
+        // block of every slot is in bounds (RowGroup invariant): ql 128 bytes
+        // at 0, qh 64 at 128, scales 16 at 192.
         let (sv, d) = unsafe {
+            let q = a.qs.as_ptr().cast::<u8>();
+            let av = [
+                load512(q),
+                load512(q.add(64)),
+                load512(q.add(128)),
+                load512(q.add(192)),
+            ];
             let bsums = load256(a.bsums.as_ptr().cast());
             let mut sv = [_mm256_setzero_si256(); 8];
             for (r, svr) in sv.iter_mut().enumerate() {
                 let p = s.at(r);
-                let sc8 = load128(p.add(q6_k::SCALES));
-                let sc_all = _mm256_cvtepi8_epi16(sc8);
-                let sc_h = [
-                    _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8)),
-                    _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128::<8>(sc8))),
-                ];
-                let v = q6_k_values(p);
-                let mut t = _mm256_setzero_si256();
-                for (i, vi) in v.iter().enumerate() {
-                    let ai = load256(a.qs.as_ptr().add(32 * i).cast());
-                    let pi = _mm256_maddubs_epi16(*vi, ai);
-                    t = _mm256_dpwssd_epi32(
-                        t,
-                        pi,
-                        _mm256_shuffle_epi8(sc_h[i / 4], pair16_mask(i % 4)),
+                let sc_all = _mm256_cvtepi8_epi16(load128(p.add(q6_k::SCALES)));
+                let scz = _mm512_castsi256_si512(sc_all);
+                let mut t = _mm512_setzero_si512();
+                for h in 0..2 {
+                    let z = load512(p.add(q6_k::QL + 64 * h));
+                    let qh = _mm512_broadcast_i64x4(load256(p.add(q6_k::QH + 32 * h)));
+                    let v12 = _mm512_or_si512(
+                        _mm512_and_si512(z, m4),
+                        _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30),
                     );
+                    let v34 = _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(z), m4),
+                        _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30),
+                    );
+                    let p12 = _mm512_maddubs_epi16(v12, av[2 * h]);
+                    let p34 = _mm512_maddubs_epi16(v34, av[2 * h + 1]);
+                    t = _mm512_dpwssd_epi32(t, p12, _mm512_permutexvar_epi16(sidx[h][0], scz));
+                    t = _mm512_dpwssd_epi32(t, p34, _mm512_permutexvar_epi16(sidx[h][1], scz));
                 }
+                // sum sc_j (v - 32) a = sum sc_j v a - 32 sum sc_j bsum_j.
                 let bias = _mm256_madd_epi16(sc_all, bsums);
-                *svr = _mm256_sub_epi32(t, _mm256_slli_epi32::<5>(bias));
+                *svr = _mm256_sub_epi32(fold(t), _mm256_slli_epi32::<5>(bias));
             }
             (reduce8(&sv), fp16_at8(&s, q6_k::D))
         };
@@ -195,6 +290,7 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
             _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
         );
         acc = _mm256_add_ps(acc, c);
+        s.prefetch();
         s.advance();
     }
     // SAFETY: `out` is 8 f32.
@@ -246,6 +342,10 @@ pub unsafe fn cq4_superblock(
             unsafe {
                 let qd = _mm512_set1_epi32(read_u32(q.add(g * 128 + kg * 4)) as i32);
                 let blk = panels.add((g * KG_PER_GROUP + kg) * 128);
+                // A hint only: never faults, even past the end of the data.
+                let ahead = blk.wrapping_add(super::CQ4_PREFETCH_BYTES);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64).cast());
                 for h in 0..2 {
                     let bytes = _mm512_loadu_si512(blk.add(64 * h).cast());
                     let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, m4));
@@ -281,5 +381,44 @@ pub unsafe fn cq4_superblock(
     for (i, a) in accf.iter().enumerate() {
         // SAFETY: `out` is 64 f32; 16i + 16 <= 64.
         unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(16 * i), *a) };
+    }
+}
+
+/// The orthogonal activation transform ([`crate::scalar::orthogonal_rotate`]),
+/// 16 columns per vector, R widened with F16C; four `k` per pass over `z`
+/// (each `z_j` still receives its products in `k` order).
+///
+/// # Safety
+/// The CPU must support AVX-512 F.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn orthogonal_rotate(x: &[f32], recip: &[f32], r: &[u8], z: &mut [f32]) {
+    let kp = x.len();
+    assert!(
+        recip.len() == kp && z.len() == kp && r.len() == 2 * kp * kp && kp.is_multiple_of(16),
+        "shapes"
+    );
+    z.fill(0.0);
+    let zp = z.as_mut_ptr();
+    let rp = r.as_ptr();
+    let mut k = 0;
+    while k < kp {
+        let nk = 4.min(kp - k);
+        let mut a = [_mm512_setzero_ps(); 4];
+        for (t, at) in a.iter_mut().enumerate().take(nk) {
+            *at = _mm512_set1_ps(x[k + t] * recip[k + t]);
+        }
+        for j in (0..kp).step_by(16) {
+            // SAFETY: j + 16 <= kp (kp % 16 == 0); rows k..k+nk of R hold
+            // 2 * kp bytes each inside `r` (length checked above).
+            unsafe {
+                let mut acc = _mm512_loadu_ps(zp.add(j));
+                for (t, at) in a.iter().enumerate().take(nk) {
+                    let w = _mm512_cvtph_ps(load256(rp.add(2 * ((k + t) * kp + j))));
+                    acc = _mm512_add_ps(acc, _mm512_mul_ps(*at, w));
+                }
+                _mm512_storeu_ps(zp.add(j), acc);
+            }
+        }
+        k += nk;
     }
 }

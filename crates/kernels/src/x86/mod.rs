@@ -49,10 +49,20 @@ pub(crate) fn fp16x8(h: &[u16; 8]) -> __m256 {
     _mm256_cvtph_ps(v)
 }
 
+/// How far ahead (bytes along a row's block stream) the ggml kernels
+/// prefetch.
+const PREFETCH_BYTES: usize = 1536;
+
+/// How far ahead the CQ4 kernels prefetch panel bytes.
+pub(crate) const CQ4_PREFETCH_BYTES: usize = 2048;
+
 /// Per-slot block pointers of a row group, advanced one block at a time.
 pub(crate) struct Slots {
     p: [*const u8; 8],
     stride: [usize; 8],
+    /// Prefetch distance of each slot: whole blocks, >= PREFETCH_BYTES.
+    ahead: [usize; 8],
+    block_bytes: usize,
 }
 
 impl Slots {
@@ -66,9 +76,30 @@ impl Slots {
             // makes every pointer produced for b < nblocks in bounds.
             *q = base.wrapping_add(o);
         }
+        let stride = *g.strides();
+        let mut ahead = [0usize; 8];
+        for (a, &st) in ahead.iter_mut().zip(&stride) {
+            *a = PREFETCH_BYTES.div_ceil(st.max(1)) * st;
+        }
         Slots {
             p,
-            stride: *g.strides(),
+            stride,
+            ahead,
+            block_bytes: g.block_bytes(),
+        }
+    }
+
+    /// Prefetch (T0) the block `ahead` bytes down each slot's stream.
+    /// Prefetches are hints: an address past the data never faults.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(crate) fn prefetch(&self) {
+        for r in 0..8 {
+            let q = self.p[r].wrapping_add(self.ahead[r]);
+            // First and last line of the block; in an R8 group the slots'
+            // blocks are adjacent, so together they cover the group.
+            _mm_prefetch::<_MM_HINT_T0>(q.cast());
+            _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(self.block_bytes - 1).cast());
         }
     }
 
@@ -295,19 +326,46 @@ pub(crate) fn pair16_mask(t: usize) -> __m256i {
 /// Q4_K / Q5_K scales as 8 i16 broadcast to both lanes, and the mins
 /// duplicated per pair (`[m0 m0 m1 m1 .. m7 m7]` as 16 i16).
 ///
+/// With `b` = the 16 header bytes (d, dmin, then the 12 scale bytes at 4),
+/// the 6-bit unpack of [`crate::blocks::unpack_k4_scales`] in one vector:
+///
+/// ```text
+/// t = b[4..8] b[12..16] b[8..12] b[12..16]    u = 0 b[4..8] 0 b[8..12]
+/// [sc0..8 | m0..8] = (t & [63, 15, 63, 0]) | ((t >> 4) & [0, 0, 0, 15])
+///                    | ((u >> 2) & [0, 0x30, 0, 0x30])
+/// ```
+/// (per group of 4 bytes; `(x >> 6) << 4 == (x >> 2) & 0x30`; the 16-bit
+/// shifts only move bits into positions the masks clear).
+///
 /// # Safety
 /// `p..p + 16` must be readable (the block header: d, dmin, scales).
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn k4_scales(p: *const u8) -> (__m256i, __m256i) {
-    let mut s = [0u8; 12];
-    // SAFETY: the 12 scale bytes at offset 4 are readable.
-    unsafe { core::ptr::copy_nonoverlapping(p.add(4), s.as_mut_ptr(), 12) };
-    let (sc, m) = crate::blocks::unpack_k4_scales(&s);
-    let sc16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(u64::from_le_bytes(sc) as i64));
-    let m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(u64::from_le_bytes(m) as i64));
-    let mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
-    (_mm256_broadcastsi128_si256(sc16), mins)
+    // SAFETY: the caller guarantees the 16 header bytes.
+    let b = unsafe { load128(p) };
+    let t = _mm_shuffle_epi8(
+        b,
+        _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15),
+    );
+    let z = -1i8;
+    let u = _mm_shuffle_epi8(
+        b,
+        _mm_setr_epi8(z, z, z, z, 4, 5, 6, 7, z, z, z, z, 8, 9, 10, 11),
+    );
+    let lo = _mm_and_si128(t, _mm_setr_epi32(0x3f3f_3f3f, 0x0f0f_0f0f, 0x3f3f_3f3f, 0));
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(t), _mm_setr_epi32(0, 0, 0, 0x0f0f_0f0f));
+    let top = _mm_and_si128(
+        _mm_srli_epi16::<2>(u),
+        _mm_setr_epi32(0, 0x3030_3030, 0, 0x3030_3030),
+    );
+    let r = _mm_or_si128(_mm_or_si128(lo, hi), top);
+    let sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(r));
+    let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
+        r,
+        _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
+    ));
+    (sc, mins)
 }
 
 /// d and dmin (fp16 at offsets 0 and 2) of 8 k-quant blocks, widened.
