@@ -83,6 +83,15 @@ fn every_fixture_conversion_verifies() {
     for q in ["q8_0", "q5_0", "q4_k", "q5_k", "q6_k"] {
         cases.push(("models/tiny-llama-f32.gguf", vec!["--qtype", q]));
     }
+    // CQ4 packed panels (Hadamard matmuls, orthogonal embedding / lm_head)
+    // from every fixture model, and mixed with kept ggml sidecars.
+    for model in common::MODELS {
+        cases.push((model, vec!["--bits", "4"]));
+    }
+    cases.push((
+        "models/tiny-llama-Q4_K_M.gguf",
+        vec!["--bits", "4", "--keep-quant"],
+    ));
     let isas = kernels::available();
     for (i, (model, opts)) in cases.iter().enumerate() {
         let out = tmp.path().join(format!("b{i}"));
@@ -105,6 +114,16 @@ fn every_fixture_conversion_verifies() {
                 if x["isa"] != "scalar" {
                     assert_eq!(x["identical_to_scalar"], true, "{f}: {x}");
                 }
+            }
+        }
+        if opts.contains(&"--bits") && !opts.contains(&"--keep-quant") {
+            let orth: Vec<_> = reported
+                .iter()
+                .filter(|r| r["kind"] == "CQ4 orthogonal")
+                .collect();
+            assert!(!orth.is_empty(), "{model} {opts:?}: no orthogonal CQ4 file");
+            for r in orth {
+                assert_eq!(r["embedding"]["pass"], true, "{r}");
             }
         }
         // The table form passes too.
@@ -165,9 +184,10 @@ fn a_changed_quant_byte_fails_the_hash() {
 
 // ------------------------------------------------------------ CQ4 bundles
 
-/// A bundle of CQ4 panel files written through the `cq4` API (until the
-/// converter's `--bits 4` lands): a Hadamard matmul weight (N = 100, not a
-/// multiple of 64) and an orthogonal token embedding, with a manifest.
+/// A bundle of CQ4 panel files written through the `cq4` API with shapes the
+/// fixture models do not have: a Hadamard matmul weight with N = 100 (not a
+/// multiple of 64, so super-block 1 has padded channels) and an orthogonal
+/// token embedding, with a manifest.
 fn cq4_bundle(dir: &Path) -> Vec<String> {
     std::fs::create_dir_all(dir).unwrap();
     let bundle = cq4::Bundle::new(cq4::DEFAULT_SEED);
