@@ -276,10 +276,10 @@ fn main() {
         .filter(|i| i.is_available())
         .unwrap_or_else(kernels::best);
     let threads = [1usize, 2];
-    let bw: Vec<f64> = threads.iter().map(|&t| read_bandwidth(t)).collect();
+    let mut bw: Vec<f64> = threads.iter().map(|&t| read_bandwidth(t)).collect();
     println!("ISA: {isa}; available: {:?}", kernels::available());
     println!(
-        "read bandwidth (f32 sum over {} MiB): 1 thread {:.1} GB/s, 2 threads {:.1} GB/s",
+        "read bandwidth at start (f32 sum over {} MiB): 1 thread {:.1} GB/s, 2 threads {:.1} GB/s",
         COLD_BYTES >> 20,
         bw[0],
         bw[1]
@@ -303,8 +303,36 @@ fn main() {
         layouts.push(Layout::Ggml(f, RowLayout::RowMajor));
         layouts.push(Layout::Ggml(f, RowLayout::Interleaved(8)));
     }
+    type Cells = Vec<Option<Vec<(f64, f64)>>>;
+    let mut rows: Vec<(String, Cells)> = Vec::new();
+    for layout in layouts {
+        if layout_filter
+            .as_ref()
+            .is_some_and(|f| !layout.name().contains(f.as_str()))
+        {
+            continue;
+        }
+        let cells: Cells = shapes
+            .iter()
+            .map(|&(n, k)| bench_case(layout, n, k, isa, &threads))
+            .collect();
+        eprintln!("done: {}", layout.name());
+        rows.push((layout.name(), cells));
+    }
+    let end: Vec<f64> = threads.iter().map(|&t| read_bandwidth(t)).collect();
+    println!(
+        "read bandwidth at end: 1 thread {:.1} GB/s, 2 threads {:.1} GB/s",
+        end[0], end[1]
+    );
+    bw.extend(end);
+    // The reference: the best read bandwidth seen at any point with any
+    // thread count (other processes can only lower a measurement).
+    let reference = bw.iter().copied().fold(0.0, f64::max);
     println!();
-    println!("cold GB/s of weight bytes (1 thread / 2 threads; % of the read bandwidth at 2 threads); hot in brackets");
+    println!(
+        "cold GB/s of weight bytes, 1 thread / 2 threads (2-thread % of the best measured read \
+         bandwidth, {reference:.1} GB/s); hot (same matrix repeated) in brackets"
+    );
     println!();
     print!("| layout |");
     for (n, k) in &shapes {
@@ -316,28 +344,20 @@ fn main() {
         print!("---|");
     }
     println!();
-    for layout in layouts {
-        if layout_filter
-            .as_ref()
-            .is_some_and(|f| !layout.name().contains(f.as_str()))
-        {
-            continue;
-        }
-        print!("| {} |", layout.name());
-        for &(n, k) in &shapes {
-            match bench_case(layout, n, k, isa, &threads) {
-                None => print!(" n/a |"),
+    for (name, cells) in rows {
+        print!("| {name} |");
+        for c in cells {
+            match c {
+                None => print!(" - |"),
                 Some(r) => print!(
                     " {:.1} / {:.1} ({:.0}%) [{:.1} / {:.1}] |",
                     r[0].1,
                     r[1].1,
-                    100.0 * r[1].1 / bw[1],
+                    100.0 * r[1].1 / reference,
                     r[0].0,
                     r[1].0
                 ),
             }
-            use std::io::Write;
-            std::io::stdout().flush().ok();
         }
         println!();
     }
