@@ -65,12 +65,16 @@ impl Runner {
 /// processes on the machine can only slow a pass down, so the best pass is
 /// the least disturbed estimate of what the machine can do.
 fn measure(bytes: usize, mut pass: impl FnMut()) -> f64 {
-    pass(); // warm-up (page faults, caches)
     let budget = if quick() {
         Duration::from_millis(300)
     } else {
         Duration::from_millis(1500)
     };
+    measure_for(bytes, budget, &mut pass)
+}
+
+fn measure_for(bytes: usize, budget: Duration, pass: &mut dyn FnMut()) -> f64 {
+    pass(); // warm-up (page faults, caches)
     let start = Instant::now();
     let mut rates = Vec::new();
     while rates.len() < 3 || (start.elapsed() < budget && rates.len() < 200) {
@@ -81,31 +85,52 @@ fn measure(bytes: usize, mut pass: impl FnMut()) -> f64 {
     rates.into_iter().fold(0.0, f64::max)
 }
 
-fn read_bandwidth(threads: usize) -> f64 {
-    let n = COLD_BYTES / 4;
-    let buf: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
-    let runner = Runner::new(threads);
-    let sum = |s: &[f32]| -> f32 {
-        let mut acc = [0f32; 32];
-        let (chunks, rest) = s.as_chunks::<32>();
-        for c in chunks {
-            for (a, v) in acc.iter_mut().zip(c) {
-                *a += v;
-            }
+/// The read-bandwidth probe: an f32 sum over `COLD_BYTES`.
+struct Bandwidth {
+    buf: Vec<f32>,
+}
+
+impl Bandwidth {
+    fn new() -> Self {
+        Bandwidth {
+            buf: (0..COLD_BYTES / 4).map(|i| (i % 7) as f32).collect(),
         }
-        acc.iter().sum::<f32>() + rest.iter().sum::<f32>()
-    };
-    measure(n * 4, || {
-        let total: f32 = runner.run(|par| {
-            if par {
-                use rayon::prelude::*;
-                buf.par_chunks(n.div_ceil(threads)).map(sum).sum()
-            } else {
-                sum(&buf)
+    }
+
+    /// Best-pass GB/s of the sum with `threads` threads.
+    fn measure(&self, runner: &Runner, threads: usize, budget: Duration) -> f64 {
+        let n = self.buf.len();
+        let sum = |s: &[f32]| -> f32 {
+            let mut acc = [0f32; 32];
+            let (chunks, rest) = s.as_chunks::<32>();
+            for c in chunks {
+                for (a, v) in acc.iter_mut().zip(c) {
+                    *a += v;
+                }
             }
-        });
-        black_box(total);
-    })
+            acc.iter().sum::<f32>() + rest.iter().sum::<f32>()
+        };
+        measure_for(n * 4, budget, &mut || {
+            let total: f32 = runner.run(|par| {
+                if par {
+                    use rayon::prelude::*;
+                    self.buf.par_chunks(n.div_ceil(threads)).map(sum).sum()
+                } else {
+                    sum(&self.buf)
+                }
+            });
+            black_box(total);
+        })
+    }
+}
+
+/// One cell: hot and cold GEMV GB/s, and the read bandwidth measured right
+/// before and after the cold run with the same thread count (best of both).
+#[derive(Clone, Copy)]
+struct Cell {
+    hot: f64,
+    cold: f64,
+    bw: f64,
 }
 
 /// Plain ggml bytes of an `n x k` matrix: 64 quantized Gaussian rows tiled.
@@ -189,15 +214,16 @@ impl Layout {
     }
 }
 
-/// (hot, cold) GB/s for `layout` at `n x k` with `threads`, or `None` when the
+/// One [`Cell`] per thread count for `layout` at `n x k`, or `None` when the
 /// shape does not fit the format.
 fn bench_case(
+    bwp: &Bandwidth,
     layout: Layout,
     n: usize,
     k: usize,
     isa: Isa,
     threads: &[usize],
-) -> Option<Vec<(f64, f64)>> {
+) -> Option<Vec<Cell>> {
     // Each copy is a whole tensor: data (and for CQ4 its own scales blob,
     // whose folded norms the kernel streams too).
     let mut storage: Vec<(Vec<u8>, AlignedBytes)> = Vec::new();
@@ -258,12 +284,19 @@ fn bench_case(
             black_box(&y);
         };
         let hot = measure(bytes, || one(mats[0].as_ref(), &mut y, &mut ws));
+        let short = Duration::from_millis(if quick() { 200 } else { 600 });
+        let before = bwp.measure(&runner, t, short);
         let cold = measure(bytes * mats.len(), || {
             for m in &mats {
                 one(m.as_ref(), &mut y, &mut ws);
             }
         });
-        out.push((hot, cold));
+        let after = bwp.measure(&runner, t, short);
+        out.push(Cell {
+            hot,
+            cold,
+            bw: before.max(after),
+        });
     }
     Some(out)
 }
@@ -276,10 +309,14 @@ fn main() {
         .filter(|i| i.is_available())
         .unwrap_or_else(kernels::best);
     let threads = [1usize, 2];
-    let mut bw: Vec<f64> = threads.iter().map(|&t| read_bandwidth(t)).collect();
+    let bwp = Bandwidth::new();
+    let bw: Vec<f64> = threads
+        .iter()
+        .map(|&t| bwp.measure(&Runner::new(t), t, Duration::from_millis(1500)))
+        .collect();
     println!("ISA: {isa}; available: {:?}", kernels::available());
     println!(
-        "read bandwidth at start (f32 sum over {} MiB): 1 thread {:.1} GB/s, 2 threads {:.1} GB/s",
+        "read bandwidth (f32 sum over {} MiB) at start: 1 thread {:.1} GB/s, 2 threads {:.1} GB/s",
         COLD_BYTES >> 20,
         bw[0],
         bw[1]
@@ -303,7 +340,7 @@ fn main() {
         layouts.push(Layout::Ggml(f, RowLayout::RowMajor));
         layouts.push(Layout::Ggml(f, RowLayout::Interleaved(8)));
     }
-    type Cells = Vec<Option<Vec<(f64, f64)>>>;
+    type Cells = Vec<Option<Vec<Cell>>>;
     let mut rows: Vec<(String, Cells)> = Vec::new();
     for layout in layouts {
         if layout_filter
@@ -314,49 +351,53 @@ fn main() {
         }
         let cells: Cells = shapes
             .iter()
-            .map(|&(n, k)| bench_case(layout, n, k, isa, &threads))
+            .map(|&(n, k)| bench_case(&bwp, layout, n, k, isa, &threads))
             .collect();
         eprintln!("done: {}", layout.name());
         rows.push((layout.name(), cells));
     }
-    let end: Vec<f64> = threads.iter().map(|&t| read_bandwidth(t)).collect();
-    println!(
-        "read bandwidth at end: 1 thread {:.1} GB/s, 2 threads {:.1} GB/s",
-        end[0], end[1]
+    let header = |title: &str| {
+        println!();
+        println!("{title}");
+        println!();
+        print!("| layout |");
+        for (n, k) in &shapes {
+            print!(" {n}x{k} |");
+        }
+        println!();
+        print!("|---|");
+        for _ in &shapes {
+            print!("---|");
+        }
+        println!();
+    };
+    header(
+        "cold GB/s of weight bytes: 1 thread / 2 threads, the 2-thread read bandwidth measured \
+         right before/after that run, and the 2-thread GEMV as % of it",
     );
-    bw.extend(end);
-    // The reference: the best read bandwidth seen at any point with any
-    // thread count (other processes can only lower a measurement).
-    let reference = bw.iter().copied().fold(0.0, f64::max);
-    println!();
-    println!(
-        "cold GB/s of weight bytes, 1 thread / 2 threads (2-thread % of the best measured read \
-         bandwidth, {reference:.1} GB/s); hot (same matrix repeated) in brackets"
-    );
-    println!();
-    print!("| layout |");
-    for (n, k) in &shapes {
-        print!(" {n}x{k} |");
-    }
-    println!();
-    print!("|---|");
-    for _ in &shapes {
-        print!("---|");
-    }
-    println!();
-    for (name, cells) in rows {
+    for (name, cells) in &rows {
         print!("| {name} |");
         for c in cells {
             match c {
                 None => print!(" - |"),
                 Some(r) => print!(
-                    " {:.1} / {:.1} ({:.0}%) [{:.1} / {:.1}] |",
-                    r[0].1,
-                    r[1].1,
-                    100.0 * r[1].1 / reference,
-                    r[0].0,
-                    r[1].0
+                    " {:.1} / {:.1} of {:.1} ({:.0}%) |",
+                    r[0].cold,
+                    r[1].cold,
+                    r[1].bw,
+                    100.0 * r[1].cold / r[1].bw
                 ),
+            }
+        }
+        println!();
+    }
+    header("hot GB/s (the same matrix over and over): 1 thread / 2 threads");
+    for (name, cells) in &rows {
+        print!("| {name} |");
+        for c in cells {
+            match c {
+                None => print!(" - |"),
+                Some(r) => print!(" {:.1} / {:.1} |", r[0].hot, r[1].hot),
             }
         }
         println!();

@@ -359,3 +359,54 @@ fn orthogonal_transform_is_identical_on_every_tier() {
         }
     }
 }
+
+#[test]
+fn random_shapes_every_tier_and_layout() {
+    let mut rng = cq4::rng::SplitMix64::new(0xC0FFEE);
+    for case in 0..40 {
+        let format = ALL_FORMATS[(rng.next_u64() % 5) as usize];
+        let n = 1 + (rng.next_u64() % 90) as usize;
+        let nb = 1 + (rng.next_u64() % 12) as usize;
+        let k = nb * format.block_weights();
+        let plain = if case % 2 == 0 {
+            ggml_plain(format, n, k, case)
+        } else {
+            ggml_random_bytes(format, n, k, case)
+        };
+        let x = gaussian(case + 1, k);
+        let base = GgmlMatrix::new(format, RowLayout::RowMajor, n, k, &plain).unwrap();
+        let want = bits(&run(&base, &x, Isa::Scalar, false));
+        for layout in LAYOUTS {
+            let data = in_layout(format, n, k, &plain, layout);
+            let m = GgmlMatrix::new(format, layout, n, k, data.as_slice()).unwrap();
+            for isa in available() {
+                assert_eq!(
+                    bits(&run(&m, &x, isa, true)),
+                    want,
+                    "case {case}: {format:?} {n}x{k} {layout:?} {isa}"
+                );
+            }
+        }
+    }
+    for case in 0..8u64 {
+        let family = if case % 2 == 0 {
+            Family::Hadamard
+        } else {
+            Family::Orthogonal
+        };
+        let n = 1 + (rng.next_u64() % 200) as usize;
+        let k = 128 * (1 + (rng.next_u64() % 3) as usize) - (rng.next_u64() % 64) as usize;
+        let (blob, panels, kp) = cq4_tensor(family, n, k, case);
+        let m = PanelMatrix::new(family, n, kp, &blob, panels.as_slice()).unwrap();
+        let mut x = gaussian(case + 100, kp);
+        x[k..].fill(0.0);
+        let want = bits(&run(&m, &x, Isa::Scalar, false));
+        for isa in available() {
+            assert_eq!(
+                bits(&run(&m, &x, isa, true)),
+                want,
+                "cq4 case {case}: {family:?} {n}x{k} {isa}"
+            );
+        }
+    }
+}
