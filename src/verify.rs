@@ -252,7 +252,9 @@ fn verify_one(t: &Target, isas: &[Isa], no_hash: bool) -> Outcome {
         o.io_error = Some("manifest names a path outside the bundle".into());
         return o;
     }
-    let bytes = match std::fs::read(&t.path) {
+    // Read straight into a 64-byte aligned buffer: the kernels see what an
+    // mmap of the file would give them, and the file is held once.
+    let bytes = match read_aligned(&t.path) {
         Ok(b) => b,
         Err(e) => {
             o.io_error = Some(format!("cannot read: {e}"));
@@ -262,19 +264,31 @@ fn verify_one(t: &Target, isas: &[Isa], no_hash: bool) -> Outcome {
     if let Some(want) = &t.sha256 {
         o.hash = if no_hash {
             Hash::Skipped
-        } else if sha256(&bytes) == *want {
+        } else if sha256(bytes.as_slice()) == *want {
             Hash::Ok
         } else {
             Hash::Mismatch
         };
     }
     if t.container {
-        // The kernels see what an mmap gives them: a 64-byte aligned start.
-        let aligned = AlignedBytes::copy_of(&bytes);
-        drop(bytes);
-        o.check = Some(check_container(aligned.as_slice(), isas));
+        o.check = Some(check_container(bytes.as_slice(), isas));
     }
     o
+}
+
+fn read_aligned(path: &Path) -> std::io::Result<AlignedBytes> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let len = usize::try_from(f.metadata()?.len())
+        .map_err(|_| std::io::Error::other("file too large"))?;
+    let mut buf = AlignedBytes::zeroed(len);
+    f.read_exact(buf.as_mut_slice())?;
+    // The file must not have grown meanwhile.
+    let mut extra = [0u8; 1];
+    if f.read(&mut extra)? != 0 {
+        return Err(std::io::Error::other("file changed while being read"));
+    }
+    Ok(buf)
 }
 
 fn fmt_e(v: f64) -> String {
