@@ -5,7 +5,7 @@
 //! - [`scalar`]: the reference kernels. Written for clarity, they *define*
 //!   the results: every SIMD path equals them bit for bit (integer parts
 //!   exact in i32, one documented f32 operation order, no FMA; see
-//!   [`format`] and [`scalar::cq4_superblock`]).
+//!   [`mod@format`] and [`scalar::cq4_superblock`]).
 //! - [`x86::avx2`], `x86::avx512` (VNNI): `#[target_feature]` kernels with the
 //!   scalar signatures; [`dispatch`] picks a tier at run time
 //!   (`is_x86_feature_detected!`, cached; `CONVERT_FORCE_ISA` caps it).
