@@ -200,6 +200,11 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// Skip the check `convert` runs on what it wrote (the same as `convert
+    /// verify`: hashes, validation, GEMV on every ISA against the oracle).
+    #[arg(long)]
+    pub no_verify: bool,
+
     /// No plan, no progress bar; errors still go to stderr.
     #[arg(long, short)]
     pub quiet: bool,

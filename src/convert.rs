@@ -219,7 +219,16 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
     output::prepare_dir(out, &inputs, args.force, &aux_names)?;
 
     let written: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-    let result = pool.install(|| convert_all(&cat, &jobs, &opts, out, args, &written));
+    let result = pool.install(|| {
+        let manifest = convert_all(&cat, &jobs, &opts, out, args, &written)?;
+        if !args.no_verify {
+            let (files, isas) = crate::verify::check_written_bundle(out)?;
+            if !args.quiet && !args.json {
+                eprintln!("  verified: {files} files, {isas} ISA(s), against the manifest and the FP32 oracle");
+            }
+        }
+        Ok(manifest)
+    });
     match result {
         Ok(manifest) => {
             if args.json {
@@ -346,7 +355,7 @@ fn action_for(cat: &Catalogue, t: &Tensor, opts: &Options) -> Result<Action> {
                     && matches!(t.role, Role::Matmul | Role::TokenEmbedding | Role::Output)
             }) {
                 let bs = q.block_size() as u64;
-                if t.ncols() % bs != 0 {
+                if !t.ncols().is_multiple_of(bs) {
                     return Err(bad_input(format!(
                         "tensor '{}' in {}: row length {} is not a multiple of the {q} block size {bs}, so --qtype {} cannot quantize it",
                         t.name,

@@ -167,6 +167,33 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
     ))
 }
 
+/// The check `convert` runs on the bundle it has just written (unless
+/// `--no-verify`): every file against the manifest hash, container and panel
+/// validation, GEMV on every ISA this CPU has against the oracle. Returns
+/// (files checked, ISAs run).
+pub fn check_written_bundle(dir: &Path) -> Result<(usize, usize)> {
+    use rayon::prelude::*;
+    let isas = select_isas("all")?;
+    let targets = bundle_targets(dir)?;
+    let outcomes: Vec<Outcome> = targets
+        .par_iter()
+        .map(|t| verify_one(t, &isas, false))
+        .collect();
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|o| !o.pass())
+        .map(|o| format!("{} ({})", o.name, o.reason()))
+        .collect();
+    if failed.is_empty() {
+        Ok((outcomes.len(), isas.len()))
+    } else {
+        Err(anyhow!(
+            "the written bundle failed verification (a bug in convert; --no-verify keeps the files for a report): {}",
+            failed.join(", ")
+        ))
+    }
+}
+
 /// `all` = every ISA usable here; otherwise one named ISA, which must be
 /// usable.
 fn select_isas(arg: &str) -> Result<Vec<Isa>> {

@@ -59,4 +59,22 @@ fn inspect_plain_files_and_bundle() {
         )
     );
     insta::assert_snapshot!("keep_bundle_text", run_in(tmp.path(), &["inspect", "keep"]));
+    run_in(
+        tmp.path(),
+        &[model.to_str().unwrap(), "cq4", "-q", "--bits", "4"],
+    );
+    insta::assert_snapshot!(
+        "cq4_hadamard_text",
+        run_in(
+            tmp.path(),
+            &["inspect", "cq4/blk.0.ffn_down.weight.cq4p.weights"]
+        )
+    );
+    insta::assert_snapshot!(
+        "cq4_orthogonal_json",
+        run_in(
+            tmp.path(),
+            &["inspect", "--json", "cq4/token_embd.weight.cq4p.weights"]
+        )
+    );
 }
