@@ -420,29 +420,59 @@ mod tests {
         let good = plain_file();
         let mut b = good.clone();
         b[0] = b'X';
-        assert!(matches!(WeightsFile::parse(&b), Err(ContainerError::BadMagic { .. })));
-        assert!(matches!(WeightsFile::parse(&good[..50]), Err(ContainerError::TooShort { .. })));
+        assert!(matches!(
+            WeightsFile::parse(&b),
+            Err(ContainerError::BadMagic { .. })
+        ));
+        assert!(matches!(
+            WeightsFile::parse(&good[..50]),
+            Err(ContainerError::TooShort { .. })
+        ));
         let mut b = good.clone();
         b[8] = 3; // alignment 3
-        assert!(matches!(WeightsFile::parse(&b), Err(ContainerError::BadAlignment(3))));
+        assert!(matches!(
+            WeightsFile::parse(&b),
+            Err(ContainerError::BadAlignment(3))
+        ));
         let mut b = good.clone();
         b[52] = 31; // data_bytes 31 for 15 fp16 values
-        assert!(matches!(WeightsFile::parse(&b), Err(ContainerError::BadField { field: "data_bytes", .. })));
+        assert!(matches!(
+            WeightsFile::parse(&b),
+            Err(ContainerError::BadField {
+                field: "data_bytes",
+                ..
+            })
+        ));
         let mut b = good.clone();
         b[5] = 0x80; // flag bit 15
-        assert!(matches!(WeightsFile::parse(&b), Err(ContainerError::UnknownFlags(_))));
+        assert!(matches!(
+            WeightsFile::parse(&b),
+            Err(ContainerError::UnknownFlags(_))
+        ));
         let mut b = good.clone();
         b[48] = 99;
-        assert!(matches!(WeightsFile::parse(&b), Err(ContainerError::UnknownPrecision(99))));
+        assert!(matches!(
+            WeightsFile::parse(&b),
+            Err(ContainerError::UnknownPrecision(99))
+        ));
         let mut b = good.clone();
         b[90] = 1;
-        assert!(matches!(WeightsFile::parse(&b), Err(ContainerError::NonZeroPadding(90))));
+        assert!(matches!(
+            WeightsFile::parse(&b),
+            Err(ContainerError::NonZeroPadding(90))
+        ));
         let mut b = good.clone();
         b.push(0);
-        assert!(matches!(WeightsFile::parse(&b), Err(ContainerError::LengthMismatch { .. })));
+        assert!(matches!(
+            WeightsFile::parse(&b),
+            Err(ContainerError::LengthMismatch { .. })
+        ));
         let mut b = good.clone();
         b[12] = 0;
-        assert!(matches!(WeightsFile::parse(&b), Err(ContainerError::BadShape(_))));
+        assert!(matches!(
+            WeightsFile::parse(&b),
+            Err(ContainerError::BadShape(_))
+        ));
         let mut b = good.clone();
         b[52..60].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(WeightsFile::parse(&b).is_err());
