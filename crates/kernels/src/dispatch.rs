@@ -13,9 +13,18 @@
 //!   ([`crate::x86::avx512`]). A CPU with AVX-512 but without VNNI
 //!   (Skylake-X) uses the `avx2` tier.
 //!
-//! `neon` and `sme2` are reserved names for the aarch64 tiers (a later
-//! issue): [`Isa::from_name`] knows them so the CLI can say they are not
-//! available here, but no variant exists yet.
+//! Tiers (aarch64):
+//! - `neon`: NEON + the dot-product extension (`sdot`), probed with
+//!   `is_aarch64_feature_detected!("dotprod")` ([`crate::aarch64::neon`]).
+//! - `sme2`: `neon` plus SME2 (the CQ4 panel kernel,
+//!   [`crate::aarch64::sme2`]), when the OS reports SME and SME2 (Linux:
+//!   `getauxval(AT_HWCAP2)` bits 23 and 37; macOS: the sysctl
+//!   `hw.optional.arm.FEAT_SME2`) *and* the streaming vector length
+//!   (`rdsvl`) is 64 bytes; any other length runs the `neon` tier.
+//!
+//! The cap compares tiers of the same architecture: `CONVERT_FORCE_ISA=neon`
+//! on aarch64 leaves `scalar` and `neon`; a tier of the other architecture
+//! (`neon` on x86-64, `avx2` on aarch64) or `scalar` leaves only `scalar`.
 
 use std::sync::OnceLock;
 
@@ -36,26 +45,48 @@ pub enum Isa {
     Avx2,
     /// x86-64 AVX-512 F/BW/VL + VNNI.
     Avx512,
+    /// aarch64 NEON + dot product (`sdot`).
+    Neon,
+    /// aarch64 SME2 (512-bit streaming vectors) for CQ4 panels, NEON for
+    /// the rest.
+    Sme2,
 }
 
-/// Every tier this build knows, lowest first.
-pub const ALL_ISAS: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
-
-/// Names of tiers that exist on other architectures only (not built yet).
-pub const RESERVED_NAMES: [&str; 2] = ["neon", "sme2"];
+/// Every tier this build knows, lowest first within each architecture.
+pub const ALL_ISAS: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Sme2];
 
 impl Isa {
-    /// Lower-case name (`scalar`, `avx2`, `avx512`).
+    /// Lower-case name (`scalar`, `avx2`, `avx512`, `neon`, `sme2`).
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Neon => "neon",
+            Isa::Sme2 => "sme2",
         }
     }
 
-    /// Parse a name (case-insensitive). `None` for unknown names and for the
-    /// reserved aarch64 names.
+    /// (architecture, level): 0 for the portable scalar tier, 1 for x86-64,
+    /// 2 for aarch64; the level orders the tiers of one architecture.
+    fn arch_level(self) -> (u8, u8) {
+        match self {
+            Isa::Scalar => (0, 0),
+            Isa::Avx2 => (1, 1),
+            Isa::Avx512 => (1, 2),
+            Isa::Neon => (2, 1),
+            Isa::Sme2 => (2, 2),
+        }
+    }
+
+    /// Whether a [`FORCE_ENV`] cap of `cap` lets this tier run: `scalar`
+    /// always; otherwise a tier of the cap's architecture at or below it.
+    pub fn allowed_under(self, cap: Isa) -> bool {
+        let ((a, l), (ca, cl)) = (self.arch_level(), cap.arch_level());
+        a == 0 || (a == ca && l <= cl)
+    }
+
+    /// Parse a name (case-insensitive). `None` for unknown names.
     pub fn from_name(s: &str) -> Option<Isa> {
         ALL_ISAS
             .iter()
@@ -72,7 +103,7 @@ impl Isa {
     /// [`FORCE_ENV`] cap.
     pub fn is_available(self) -> bool {
         let d = detected();
-        d.hw[self as usize] && d.cap.is_none_or(|c| self <= c)
+        d.hw[self as usize] && d.cap.is_none_or(|c| self.allowed_under(c))
     }
 }
 
@@ -83,12 +114,12 @@ impl std::fmt::Display for Isa {
 }
 
 struct Detected {
-    hw: [bool; 3],
+    hw: [bool; ALL_ISAS.len()],
     cap: Option<Isa>,
     cap_error: Option<String>,
 }
 
-fn probe() -> [bool; 3] {
+fn probe() -> [bool; ALL_ISAS.len()] {
     #[cfg(target_arch = "x86_64")]
     {
         let avx2 = std::arch::is_x86_feature_detected!("avx2")
@@ -99,11 +130,17 @@ fn probe() -> [bool; 3] {
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512vl")
             && std::arch::is_x86_feature_detected!("avx512vnni");
-        [true, avx2, avx512]
+        [true, avx2, avx512, false, false]
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
     {
-        [true, false, false]
+        let neon = crate::aarch64::has_dotprod();
+        let sme2 = neon && crate::aarch64::sme2_usable();
+        [true, false, false, neon, sme2]
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        [true, false, false, false, false]
     }
 }
 
@@ -118,7 +155,7 @@ fn detected() -> &'static Detected {
                 None => (
                     None,
                     Some(format!(
-                        "{FORCE_ENV}={v:?} is not one of scalar, avx2, avx512 (ignored)"
+                        "{FORCE_ENV}={v:?} is not one of scalar, avx2, avx512, neon, sme2 (ignored)"
                     )),
                 ),
             },
@@ -298,6 +335,29 @@ static AVX512: Kernels = Kernels {
     rotate: crate::x86::avx512::orthogonal_rotate,
 };
 
+#[cfg(target_arch = "aarch64")]
+const NEON_TABLE: Kernels = Kernels {
+    isa: Isa::Neon,
+    q8_0: crate::aarch64::neon::q8_0_group,
+    q5_0: crate::aarch64::neon::q5_0_group,
+    q4_k: crate::aarch64::neon::q4_k_group,
+    q5_k: crate::aarch64::neon::q5_k_group,
+    q6_k: crate::aarch64::neon::q6_k_group,
+    cq4: crate::aarch64::neon::cq4_superblock,
+    rotate: crate::aarch64::neon::orthogonal_rotate,
+};
+
+#[cfg(target_arch = "aarch64")]
+static NEON: Kernels = NEON_TABLE;
+
+/// The `sme2` tier: the SME2 panel kernel, NEON for the rest.
+#[cfg(target_arch = "aarch64")]
+static SME2: Kernels = Kernels {
+    isa: Isa::Sme2,
+    cq4: crate::aarch64::sme2::cq4_superblock,
+    ..NEON_TABLE
+};
+
 /// The kernel table of `isa`, or [`KernelError::IsaUnavailable`] when the
 /// CPU lacks it or [`FORCE_ENV`] caps it away.
 pub fn kernels(isa: Isa) -> Result<&'static Kernels, KernelError> {
@@ -310,6 +370,10 @@ pub fn kernels(isa: Isa) -> Result<&'static Kernels, KernelError> {
         Isa::Avx2 => Ok(&AVX2),
         #[cfg(all(target_arch = "x86_64", kernels_avx512))]
         Isa::Avx512 => Ok(&AVX512),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => Ok(&NEON),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Sme2 => Ok(&SME2),
         #[allow(unreachable_patterns)]
         _ => Err(KernelError::IsaUnavailable(isa)),
     }

@@ -9,6 +9,8 @@
 //! - [`x86::avx2`], `x86::avx512` (VNNI): `#[target_feature]` kernels with the
 //!   scalar signatures; [`dispatch`] picks a tier at run time
 //!   (`is_x86_feature_detected!`, cached; `CONVERT_FORCE_ISA` caps it).
+//! - `aarch64::neon` (`sdot`), `aarch64::sme2` (SME2 `luti4` + ZA `sdot`
+//!   for the CQ4 panels): the aarch64 tiers, same signatures, same bits.
 //! - [`GgmlMatrix`], [`PanelMatrix`], [`FloatMatrix`]: zero-copy views over
 //!   container regions implementing [`Gemv`]; activations are quantized once
 //!   per call into a reusable [`Workspace`] (ISA-independent), then output
@@ -22,6 +24,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+#[cfg(target_arch = "aarch64")]
+pub mod aarch64;
 pub mod act;
 pub mod aligned;
 pub mod blocks;
