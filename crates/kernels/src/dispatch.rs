@@ -15,9 +15,9 @@
 //!
 //! Tiers (aarch64):
 //! - `neon`: NEON + the dot-product extension (`sdot`), probed with
-//!   `is_aarch64_feature_detected!("dotprod")` ([`crate::aarch64::neon`]).
+//!   `is_aarch64_feature_detected!("dotprod")` (`aarch64::neon`).
 //! - `sme2`: `neon` plus SME2 (the CQ4 panel kernel,
-//!   [`crate::aarch64::sme2`]), when the OS reports SME and SME2 (Linux:
+//!   `aarch64::sme2`), when the OS reports SME and SME2 (Linux:
 //!   `getauxval(AT_HWCAP2)` bits 23 and 37; macOS: the sysctl
 //!   `hw.optional.arm.FEAT_SME2`) *and* the streaming vector length
 //!   (`rdsvl`) is 64 bytes; any other length runs the `neon` tier.

@@ -5,7 +5,7 @@
 //! needed: Q5_0 and Q6_K values are re-centred (`v - 16`, `v - 32`, both in
 //! i8 range) before the dot, k-quant nibbles (0..=31) are already valid i8.
 //! Per 8-row group, each slot's partial sums land in one `int32x4_t`;
-//! [`reduce8`] (pairwise adds, exact) makes one i32 lane per row, then the
+//! `reduce8` (pairwise adds, exact) makes one i32 lane per row, then the
 //! f32 formula of [`crate::format`] runs lane-wise (two `float32x4_t` for
 //! the 8 rows).
 //!
@@ -14,7 +14,7 @@
 //! so each i32 lane holds one channel's 4 weights, and dotted with `sdot`
 //! by element against the 4 activations of that kg-block (one 16-byte
 //! activation load serves 4 kg-blocks, lanes 0..4). 16 i32 accumulators
-//! hold the 64 channels of a group in order; [`rescale_group`] applies the
+//! hold the 64 channels of a group in order; `rescale_group` applies the
 //! f32 formula.
 
 use core::arch::aarch64::*;

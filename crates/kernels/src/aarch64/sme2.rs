@@ -29,7 +29,7 @@
 //! is rows `w, w + 16, w + 32, w + 48`, so 16 groups accumulate side by
 //! side and each group's 64 channel sums come out in channel order. Only
 //! these int32 partials leave streaming mode; the f32 rescale is the NEON
-//! [`super::neon::rescale_group`], so SME2 and NEON agree bit for bit
+//! `neon::rescale_group`, so SME2 and NEON agree bit for bit
 //! (the integer sums are exact in both).
 //!
 //! The read-out uses SME1 `str za` (one ZA row to memory) rather than the
