@@ -488,32 +488,45 @@ fn convert_all(
     let pb = progress(cat.total_bytes(), args.quiet);
     let track = |p: PathBuf| written.lock().map(|mut w| w.push(p)).ok();
 
-    let source_files: Vec<SourceFile> = cat
-        .files
-        .par_iter()
-        .map(|f| SourceFile {
-            name: source_name(cat, f.path()),
-            bytes: f.len(),
-            sha256: output::sha256(f.bytes()),
-        })
-        .collect();
-
-    let entries: Vec<Entry> = jobs
-        .par_iter()
-        .map(|job| {
-            let path = out.join(&job.file);
-            if job.action.writes_file() {
-                track(path.clone());
-            } else if opts.dtype == TorchDtype::Float16 && is_float(job.tensor.dtype) {
-                // Nothing is materialized, but the bundle promises the
-                // tensor in the requested dtype: check that it fits.
-                for_each_chunk(cat, job.tensor, opts.dtype, |_, _| Ok(()))?;
-            }
-            let entry = run_job(cat, job, opts, &path, &source_files)?;
-            pb.inc(job.tensor.n_bytes);
-            Ok(entry)
-        })
-        .collect::<Result<_>>()?;
+    // Hash the sources while the jobs run (hashing a multi-GB source alone
+    // would otherwise be a serial phase); entries of tensors that stay in
+    // the source get its hash afterwards.
+    let hash_sources = || -> Vec<SourceFile> {
+        cat.files
+            .par_iter()
+            .map(|f| SourceFile {
+                name: source_name(cat, f.path()),
+                bytes: f.len(),
+                sha256: output::sha256(f.bytes()),
+            })
+            .collect()
+    };
+    let run_jobs = || -> Result<Vec<Entry>> {
+        jobs.par_iter()
+            .map(|job| {
+                let path = out.join(&job.file);
+                if job.action.writes_file() {
+                    track(path.clone());
+                } else if opts.dtype == TorchDtype::Float16 && is_float(job.tensor.dtype) {
+                    // Nothing is materialized, but the bundle promises the
+                    // tensor in the requested dtype: check that it fits.
+                    for_each_chunk(cat, job.tensor, opts.dtype, |_, _| Ok(()))?;
+                }
+                let entry = run_job(cat, job, opts, &path)?;
+                pb.inc(job.tensor.n_bytes);
+                Ok(entry)
+            })
+            .collect()
+    };
+    let (source_files, entries) = rayon::join(hash_sources, run_jobs);
+    let mut entries = entries?;
+    for (e, job) in entries.iter_mut().zip(jobs) {
+        if job.action == Action::Source {
+            let f = &source_files[job.tensor.file];
+            e.sha256 = f.sha256.clone();
+            e.source_file = Some(f.name.clone());
+        }
+    }
     pb.finish_and_clear();
 
     let mut extra = Vec::new();
@@ -606,13 +619,9 @@ fn value_type_name(v: &model_sources::gguf::Value) -> String {
     }
 }
 
-fn run_job(
-    cat: &Catalogue,
-    job: &Job,
-    opts: &Options,
-    path: &Path,
-    source_sha: &[SourceFile],
-) -> Result<Entry> {
+/// One job; entries of tensors that stay in the source get the source's
+/// hash and name from the caller.
+fn run_job(cat: &Catalogue, job: &Job, opts: &Options, path: &Path) -> Result<Entry> {
     let t = job.tensor;
     match job.action {
         Action::Plain => write_plain(cat, t, opts.dtype, path, &job.file),
@@ -639,8 +648,8 @@ fn run_job(
             precision: t.dtype.to_string(),
             layout: "source".into(),
             bytes: t.n_bytes,
-            sha256: source_sha[t.file].sha256.clone(),
-            source_file: Some(source_sha[t.file].name.clone()),
+            sha256: String::new(),
+            source_file: None,
             details: Some(serde_json::json!({ "offset": t.offset })),
         }),
     }
