@@ -600,22 +600,11 @@ fn extra_file(name: &str, what: &str, w: Written) -> ExtraFile {
     }
 }
 
+/// gguf-py's name of a value's type (`ARRAY[STRING]` for arrays).
 fn value_type_name(v: &model_sources::gguf::Value) -> String {
-    use model_sources::gguf::Value as V;
     match v {
-        V::U8(_) => "UINT8".into(),
-        V::I8(_) => "INT8".into(),
-        V::U16(_) => "UINT16".into(),
-        V::I16(_) => "INT16".into(),
-        V::U32(_) => "UINT32".into(),
-        V::I32(_) => "INT32".into(),
-        V::F32(_) => "FLOAT32".into(),
-        V::Bool(_) => "BOOL".into(),
-        V::String(_) => "STRING".into(),
-        V::Array(t, _) => format!("ARRAY[{}]", t.name()),
-        V::U64(_) => "UINT64".into(),
-        V::I64(_) => "INT64".into(),
-        V::F64(_) => "FLOAT64".into(),
+        model_sources::gguf::Value::Array(t, _) => format!("ARRAY[{}]", t.name()),
+        v => v.value_type().name().into(),
     }
 }
 

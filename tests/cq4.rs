@@ -6,14 +6,10 @@ mod common;
 
 use std::path::Path;
 
-use common::{convert, fixture, folder_contents, stderr, MODELS};
+use common::{convert, fixture, folder_contents, manifest, stderr, MODELS};
 use ggml_quants::{GgmlType, TorchDtype};
 use model_sources::Catalogue;
 use weights_file::{flags, WeightsFile};
-
-fn manifest(out: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap()
-}
 
 fn family_of(h: &weights_file::Header) -> cq4::Family {
     if h.flags & flags::ORTHOGONAL_ROTATION != 0 {

@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{convert, fixture, stderr};
+use common::{convert, fixture, manifest, stderr};
 use sha2::{Digest, Sha256};
 use weights_file::WeightsFile;
 
@@ -31,10 +31,6 @@ fn convert_to(model: &str, out: &Path, opts: &[&str]) {
     args.push("--quiet".into());
     let o = convert(args);
     assert!(o.status.success(), "{model} {opts:?}: {}", stderr(&o));
-}
-
-fn manifest(dir: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap()
 }
 
 /// Tensor files of a bundle (manifest order).

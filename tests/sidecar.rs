@@ -5,13 +5,9 @@ mod common;
 
 use std::path::Path;
 
-use common::{convert, fixture, folder_contents, gguf_bytes, stderr, TInfo};
+use common::{convert, fixture, folder_contents, gguf_bytes, manifest, stderr, TInfo};
 use model_sources::Catalogue;
 use weights_file::{flags, interleave, WeightsFile};
-
-fn manifest(out: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap()
-}
 
 /// Unpack every sidecar of `out` and compare with `reference`'s tensor of
 /// the same name (or `rename(name)`); returns how many were compared.

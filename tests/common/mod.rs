@@ -142,3 +142,8 @@ pub fn safetensors_bytes(header: &str, data_len: usize) -> Vec<u8> {
     b.extend(std::iter::repeat_n(0u8, data_len));
     b
 }
+
+/// A bundle's manifest.json as JSON.
+pub fn manifest(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap()
+}

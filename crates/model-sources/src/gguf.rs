@@ -120,6 +120,25 @@ pub enum Value {
 }
 
 impl Value {
+    /// The GGUF value type of this value.
+    pub fn value_type(&self) -> ValueType {
+        match self {
+            Value::U8(_) => ValueType::U8,
+            Value::I8(_) => ValueType::I8,
+            Value::U16(_) => ValueType::U16,
+            Value::I16(_) => ValueType::I16,
+            Value::U32(_) => ValueType::U32,
+            Value::I32(_) => ValueType::I32,
+            Value::F32(_) => ValueType::F32,
+            Value::Bool(_) => ValueType::Bool,
+            Value::String(_) => ValueType::String,
+            Value::Array(..) => ValueType::Array,
+            Value::U64(_) => ValueType::U64,
+            Value::I64(_) => ValueType::I64,
+            Value::F64(_) => ValueType::F64,
+        }
+    }
+
     /// The value as an unsigned integer, if it is one of the integer types and fits.
     pub fn as_u64(&self) -> Option<u64> {
         match *self {
