@@ -52,8 +52,8 @@ pub struct VerifyArgs {
     pub path: PathBuf,
     /// Which kernels to run: all (every ISA this CPU has), scalar, avx2,
     /// avx512, neon, sme2.
-    #[arg(long, default_value = "all")]
-    pub isa: String,
+    #[arg(long, value_enum, default_value = "all")]
+    pub isa: IsaArg,
     /// Skip the sha256 check against the manifest (numeric checks only).
     #[arg(long)]
     pub no_hash: bool,
@@ -109,6 +109,62 @@ fn parse_u64(s: &str) -> Result<u64, String> {
     r.map_err(|e| format!("{s:?} is not a u64 (decimal or 0x hex): {e}"))
 }
 
+/// `--isa` of `verify`.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IsaArg {
+    /// Every tier this CPU has.
+    All,
+    Scalar,
+    Avx2,
+    Avx512,
+    Neon,
+    Sme2,
+}
+
+impl IsaArg {
+    /// The one tier asked for (`None` for `all`).
+    pub fn isa(self) -> Option<kernels::Isa> {
+        use kernels::Isa;
+        Some(match self {
+            IsaArg::All => return None,
+            IsaArg::Scalar => Isa::Scalar,
+            IsaArg::Avx2 => Isa::Avx2,
+            IsaArg::Avx512 => Isa::Avx512,
+            IsaArg::Neon => Isa::Neon,
+            IsaArg::Sme2 => Isa::Sme2,
+        })
+    }
+}
+
+/// `--interleave`: rows per interleave group of a sidecar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InterleaveArg {
+    /// R4: groups of 4 rows.
+    #[value(name = "4")]
+    R4,
+    /// R8: groups of 8 rows.
+    #[value(name = "8")]
+    R8,
+}
+
+impl From<InterleaveArg> for weights_file::format::Interleave {
+    fn from(i: InterleaveArg) -> Self {
+        match i {
+            InterleaveArg::R4 => weights_file::format::Interleave::R4,
+            InterleaveArg::R8 => weights_file::format::Interleave::R8,
+        }
+    }
+}
+
+/// `--bits`: only 4 (CQ4) exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BitsArg {
+    /// CQ4 packed panels.
+    #[value(name = "4")]
+    Four,
+}
+
 /// The ggml types sidecar files can hold.
 #[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -159,8 +215,8 @@ pub struct ConvertArgs {
     /// Hadamard family for ordinary matmul weights, orthogonal family for the
     /// token embedding and lm_head; norms and other small tensors become
     /// plain FP16 (FP32 where fp16 would overflow).
-    #[arg(long, value_name = "4", conflicts_with_all = ["plain", "qtype"])]
-    pub bits: Option<u32>,
+    #[arg(long, value_enum, value_name = "4", conflicts_with_all = ["plain", "qtype"])]
+    pub bits: Option<BitsArg>,
 
     /// With --bits 4: tensors already in Q8_0/Q5_0/Q4_K/Q5_K/Q6_K stay in
     /// their ggml type as R4/R8 sidecars instead of being requantized.
@@ -183,9 +239,10 @@ pub struct ConvertArgs {
     #[arg(long, value_enum, value_name = "TYPE")]
     pub qtype: Option<QtypeArg>,
 
-    /// Keep mode: rows interleaved per group in sidecar files (4 = R4, 8 = R8).
-    #[arg(long, value_parser = ["4", "8"], value_name = "4|8")]
-    pub interleave: Option<String>,
+    /// Keep mode: rows interleaved per group in sidecar files (4 = R4, 8 =
+    /// R8; default 8).
+    #[arg(long, value_enum, value_name = "4|8")]
+    pub interleave: Option<InterleaveArg>,
 
     /// Dtype the source weights are materialized in (float32|bfloat16|float16,
     /// aliases f32|bf16|f16).
@@ -196,7 +253,10 @@ pub struct ConvertArgs {
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
 
-    /// Write into a non-empty output folder, replacing an earlier bundle.
+    /// Replace the bundle an earlier run wrote into the output folder. The new
+    /// bundle is built in a staging folder next to the output and swapped in
+    /// only when complete (and verified); only files the old manifest lists
+    /// are replaced or removed, never other files of the folder.
     #[arg(long)]
     pub force: bool,
 

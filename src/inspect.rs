@@ -13,7 +13,7 @@ use crate::manifest::Manifest;
 
 pub fn run(args: &InspectArgs) -> Result<()> {
     let p = &args.path;
-    let text = if p.is_dir() && p.join(crate::output::MANIFEST).is_file() {
+    let text = if p.is_dir() && p.join(crate::outdir::MANIFEST).is_file() {
         inspect_dir(p, args.json)?
     } else if p.is_dir() || !is_container(p)? {
         inspect_source(p, args.json)?
@@ -28,8 +28,10 @@ pub fn run(args: &InspectArgs) -> Result<()> {
 fn is_container(path: &Path) -> Result<bool> {
     use std::io::Read;
     let mut magic = [0u8; 4];
-    let mut f =
-        std::fs::File::open(path).map_err(|e| bad_input(format!("{}: {e}", path.display())))?;
+    if path.is_dir() {
+        return Ok(false);
+    }
+    let mut f = model_sources::mmap::open_regular(path).map_err(|e| bad_input(e.to_string()))?;
     let n = f
         .read(&mut magic)
         .with_context(|| format!("cannot read {}", path.display()))?;
@@ -110,7 +112,12 @@ fn inspect_source(path: &Path, json: bool) -> Result<String> {
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+    use std::io::Read;
+    let mut f = model_sources::mmap::open_regular(path).map_err(|e| bad_input(e.to_string()))?;
+    let mut b = Vec::new();
+    f.read_to_end(&mut b)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(b)
 }
 
 /// Geometry and scales sub-regions (absolute offsets) of a CQ4 panel file.
@@ -178,14 +185,8 @@ pub fn describe_file_json(name: &str, bytes: &[u8]) -> Result<serde_json::Value>
     }
     if let Some(weights_file::Precision::Ggml(id)) = h.precision() {
         if let Some(ty) = ggml_quants::GgmlType::from_id(id) {
-            let factor = if h.flags & flags::ROW_INTERLEAVE_4 != 0 {
-                4
-            } else if h.flags & flags::ROW_INTERLEAVE_8 != 0 {
-                8
-            } else {
-                1
-            };
-            details = crate::sidecar::details(ty, factor, h.dims[0], h.dims[1]);
+            let factor = h.interleave().map_or(1, |i| i.factor());
+            details = crate::writers::sidecar::details(ty, factor, h.dims[0], h.dims[1]);
         }
     }
     Ok(serde_json::json!({
@@ -302,14 +303,10 @@ fn inspect_file(path: &Path, json: bool) -> Result<String> {
 }
 
 fn inspect_dir(dir: &Path, json: bool) -> Result<String> {
-    let mpath = dir.join(crate::output::MANIFEST);
-    let text = std::fs::read_to_string(&mpath).map_err(|e| {
-        bad_input(format!(
-            "{}: cannot read the bundle manifest: {e}",
-            mpath.display()
-        ))
-    })?;
-    let m: Manifest = serde_json::from_str(&text)
+    let mpath = dir.join(crate::outdir::MANIFEST);
+    let text = model_sources::mmap::read_regular(&mpath, 1 << 30)
+        .map_err(|e| bad_input(format!("cannot read the bundle manifest: {e}")))?;
+    let m: Manifest = serde_json::from_slice(&text)
         .map_err(|e| bad_input(format!("{}: invalid manifest: {e}", mpath.display())))?;
     if json {
         return Ok(serde_json::to_string_pretty(&m)? + "\n");

@@ -6,17 +6,40 @@ mod convert;
 mod failure;
 mod inspect;
 mod manifest;
-mod output;
-mod panels;
-mod sidecar;
+mod materialize;
+mod options;
+mod outdir;
+mod plan;
+mod signals;
 mod verify;
+mod writers;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help, --version: print as clap formats them.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // A usage error: one line like every other error, exit 2.
+            let text = e.render().to_string();
+            let lines: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            let msg = lines.join(" ");
+            let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
+            eprintln!("error: {}", failure::one_line(msg));
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         Some(cli::Command::Inspect(args)) => inspect::run(&args),
         Some(cli::Command::Verify(args)) => verify::run(&args),
@@ -25,8 +48,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            // One line: the whole context chain, outermost first.
-            eprintln!("error: {err:#}");
+            // One line: the whole context chain, outermost first, with
+            // anything from file contents that could break the line escaped.
+            eprintln!("error: {}", failure::one_line(&format!("{err:#}")));
             ExitCode::from(failure::exit_code(&err))
         }
     }

@@ -25,6 +25,18 @@ pub struct Manifest {
     pub tensors: Vec<Entry>,
     /// Non-tensor files of the bundle (metadata, config, tokenizer).
     pub extra_files: Vec<ExtraFile>,
+    /// Files of the source folder that were not carried, with the reason.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub skipped_files: Vec<SkippedFile>,
+}
+
+/// A source file that is not in the bundle.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SkippedFile {
+    /// Its name in the source folder.
+    pub file: String,
+    /// Why it was not carried.
+    pub reason: String,
 }
 
 /// Tool name and version.
@@ -107,7 +119,44 @@ pub struct ExtraFile {
     pub sha256: String,
 }
 
+impl Entry {
+    /// The entry of tensor `t` written to `file` (`None`: stays in the
+    /// source) with `precision` and `layout`; `bytes` / `sha256` of the file.
+    pub fn new(
+        t: &model_sources::Tensor,
+        file: Option<&str>,
+        precision: impl Into<String>,
+        layout: impl Into<String>,
+        written: Option<&crate::outdir::Written>,
+        details: Option<serde_json::Value>,
+    ) -> Self {
+        Entry {
+            tensor: t.name.clone(),
+            role: t.role.as_str().into(),
+            shape: t.shape.clone(),
+            source_dtype: t.dtype.to_string(),
+            file: file.map(str::to_string),
+            precision: precision.into(),
+            layout: layout.into(),
+            bytes: written.map_or(t.n_bytes, |w| w.bytes),
+            sha256: written.map(|w| w.sha256.clone()).unwrap_or_default(),
+            source_file: None,
+            details,
+        }
+    }
+}
+
 impl Manifest {
+    /// Every file of the bundle: tensor files, extra files and the manifest
+    /// itself.
+    pub fn file_names(&self) -> impl Iterator<Item = String> + '_ {
+        self.tensors
+            .iter()
+            .filter_map(|e| e.file.clone())
+            .chain(self.extra_files.iter().map(|x| x.file.clone()))
+            .chain([crate::outdir::MANIFEST.to_string()])
+    }
+
     /// Pretty JSON with a trailing newline.
     pub fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).expect("manifest serializes");

@@ -20,10 +20,10 @@ use kernels::aligned::AlignedBytes;
 use kernels::check::{check_container, FileCheck};
 use kernels::Isa;
 
-use crate::cli::VerifyArgs;
+use crate::cli::{IsaArg, VerifyArgs};
 use crate::failure::bad_input;
 use crate::manifest::Manifest;
-use crate::output::{sha256, MANIFEST};
+use crate::outdir::{is_plain_name, sha256, MANIFEST};
 
 /// What the hash check found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,11 +117,11 @@ impl Outcome {
 }
 
 pub fn run(args: &VerifyArgs) -> Result<()> {
-    let isas = select_isas(&args.isa)?;
+    let isas = select_isas(args.isa)?;
     let p = &args.path;
     let (targets, bundle) = if p.is_dir() {
         (bundle_targets(p)?, true)
-    } else if p.is_file() {
+    } else if p.exists() {
         let name = p
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -171,9 +171,9 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
 /// `--no-verify`): every file against the manifest hash, container and panel
 /// validation, GEMV on every ISA this CPU has against the oracle. Returns
 /// (files checked, ISAs run).
-pub fn check_written_bundle(dir: &Path) -> Result<(usize, usize)> {
+pub fn check_written_bundle(dir: &Path, _quiet: bool) -> Result<(usize, usize)> {
     use rayon::prelude::*;
-    let isas = select_isas("all")?;
+    let isas = select_isas(IsaArg::All)?;
     let targets = bundle_targets(dir)?;
     let outcomes: Vec<Outcome> = targets
         .par_iter()
@@ -196,18 +196,12 @@ pub fn check_written_bundle(dir: &Path) -> Result<(usize, usize)> {
 
 /// `all` = every ISA usable here; otherwise one named ISA, which must be
 /// usable.
-fn select_isas(arg: &str) -> Result<Vec<Isa>> {
+fn select_isas(arg: IsaArg) -> Result<Vec<Isa>> {
     if let Some(msg) = kernels::dispatch::force_error() {
         return Err(bad_input(msg.to_string()));
     }
-    let a = arg.trim().to_ascii_lowercase();
-    if a == "all" {
+    let Some(isa) = arg.isa() else {
         return Ok(kernels::available());
-    }
-    let Some(isa) = Isa::from_name(&a) else {
-        return Err(bad_input(format!(
-            "--isa {arg}: expected all, scalar, avx2, avx512, neon or sme2"
-        )));
     };
     if !isa.is_available() {
         let why = if isa.hardware_supports() {
@@ -228,9 +222,9 @@ fn select_isas(arg: &str) -> Result<Vec<Isa>> {
 /// the extra files (hash only).
 fn bundle_targets(dir: &Path) -> Result<Vec<Target>> {
     let mpath = dir.join(MANIFEST);
-    let text = std::fs::read_to_string(&mpath)
-        .map_err(|e| bad_input(format!("{}: {e} (not a bundle folder?)", mpath.display())))?;
-    let m: Manifest = serde_json::from_str(&text)
+    let text = model_sources::mmap::read_regular(&mpath, 1 << 30)
+        .map_err(|e| bad_input(format!("{e} (not a bundle folder?)")))?;
+    let m: Manifest = serde_json::from_slice(&text)
         .map_err(|e| bad_input(format!("{}: invalid manifest: {e}", mpath.display())))?;
     let mut v = Vec::new();
     for e in &m.tensors {
@@ -254,15 +248,6 @@ fn bundle_targets(dir: &Path) -> Result<Vec<Target>> {
     Ok(v)
 }
 
-/// A manifest file name must be a plain name inside the bundle.
-fn safe_name(name: &str) -> bool {
-    !name.is_empty()
-        && name != "."
-        && name != ".."
-        && !name.contains(['/', '\\'])
-        && Path::new(name).is_relative()
-}
-
 fn verify_one(t: &Target, isas: &[Isa], no_hash: bool) -> Outcome {
     let mut o = Outcome {
         name: t.name.clone(),
@@ -270,7 +255,7 @@ fn verify_one(t: &Target, isas: &[Isa], no_hash: bool) -> Outcome {
         io_error: None,
         check: None,
     };
-    if t.sha256.is_some() && !safe_name(&t.name) {
+    if t.sha256.is_some() && !is_plain_name(&t.name) {
         o.io_error = Some("manifest names a path outside the bundle".into());
         return o;
     }
@@ -298,9 +283,11 @@ fn verify_one(t: &Target, isas: &[Isa], no_hash: bool) -> Outcome {
     o
 }
 
+/// The file's bytes in a 64-byte aligned buffer; FIFOs, sockets and
+/// devices are refused without being read.
 fn read_aligned(path: &Path) -> std::io::Result<AlignedBytes> {
     use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
+    let mut f = model_sources::mmap::open_regular(path).map_err(std::io::Error::other)?;
     let len = usize::try_from(f.metadata()?.len())
         .map_err(|_| std::io::Error::other("file too large"))?;
     let mut buf = AlignedBytes::zeroed(len);

@@ -303,22 +303,22 @@ fn bad_gguf_inputs_exit_2() {
 }
 
 #[test]
-fn bad_safetensors_inputs_exit_2() {
+fn bad_safetensors_inputs_exit_2_naming_the_tensor() {
     let mut beyond = Vec::new();
     beyond.extend_from_slice(&(1u64 << 40).to_le_bytes());
     beyond.extend_from_slice(b"{}");
-    expect_bad("beyond.safetensors", &beyond, "invalid safetensors");
+    expect_bad("beyond.safetensors", &beyond, "exceeds");
     let overlap = r#"{"a.weight":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"b.weight":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]}}"#;
     expect_bad(
         "overlap.safetensors",
         &safetensors_bytes(overlap, 24),
-        "invalid safetensors",
+        "tensor 'b.weight': its data at 8 overlaps",
     );
-    let dtype = r#"{"a.weight":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}}"#;
+    let dtype = r#"{"a.weight":{"dtype":"Q9","shape":[2],"data_offsets":[0,16]}}"#;
     expect_bad(
         "dtype.safetensors",
         &safetensors_bytes(dtype, 16),
-        "unsupported dtype",
+        "tensor 'a.weight': unknown dtype \"Q9\"",
     );
     let trav = r#"{"../a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
     expect_bad(
@@ -330,7 +330,13 @@ fn bad_safetensors_inputs_exit_2() {
     expect_bad(
         "short.safetensors",
         &safetensors_bytes(short, 8),
-        "invalid safetensors",
+        "tensor 'a.weight': data ends at 16, beyond",
+    );
+    let size = r#"{"a.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[0,16]}}"#;
+    expect_bad(
+        "size.safetensors",
+        &safetensors_bytes(size, 16),
+        "tensor 'a.weight': data_offsets [0, 16] span 16 bytes",
     );
 }
 

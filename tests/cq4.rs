@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 
 use common::{convert, fixture, folder_contents, manifest, stderr, MODELS};
-use ggml_quants::{GgmlType, TorchDtype};
+use ggml_quants::TorchDtype;
 use model_sources::Catalogue;
 use weights_file::{flags, WeightsFile};
 
@@ -35,7 +35,14 @@ fn run(model: &str, out: &Path, extra: &[&str]) {
 fn materialize(cat: &Catalogue, name: &str, dtype: TorchDtype) -> Vec<f32> {
     let t = cat.get(name).unwrap();
     let mut v = vec![0f32; t.n_elements() as usize];
-    ggml_quants::materialize_rows(t.dtype, cat.data(t), t.ncols() as usize, dtype, &mut v).unwrap();
+    ggml_quants::materialize_rows(
+        t.dtype.ggml().unwrap(),
+        cat.data(t),
+        t.ncols() as usize,
+        dtype,
+        &mut v,
+    )
+    .unwrap();
     v
 }
 
@@ -189,7 +196,9 @@ fn keep_quant_keeps_ggml_tensors_as_sidecars() {
     assert_eq!(layouts.iter().filter(|l| **l == "row_major").count(), 5);
     let o = convert(["--bits", "3", "a", "b"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("only --bits 4"));
+    let err = stderr(&o);
+    assert!(err.contains("possible values: 4"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
 }
 
 fn sqnr_db(reference: &[f32], approx: &[f32]) -> f64 {
@@ -241,7 +250,7 @@ fn sqnr_against_llama_cpp_q4_k() {
     for (name, ty, a, b) in &rows {
         println!("{name:<26} {:>9} {a:>12.2} {b:>12.2}", ty.to_string());
     }
-    let mean = |f: fn(&(String, GgmlType, f64, f64)) -> f64| {
+    let mean = |f: fn(&(String, ggml_quants::Dtype, f64, f64)) -> f64| {
         rows.iter().map(f).sum::<f64>() / rows.len() as f64
     };
     println!(

@@ -35,7 +35,7 @@ fn unpack_and_compare(out: &Path, reference: &Catalogue, rename: impl Fn(&str) -
         let src = reference.data(t);
         let rows = h.dims[0] as usize;
         let row_bytes = src.len() / rows;
-        let block_bytes = t.dtype.type_size();
+        let block_bytes = t.dtype.ggml().unwrap().type_size();
         let mut un = vec![0u8; src.len()];
         interleave::unpack(f.data(), rows, row_bytes, block_bytes, factor, &mut un).unwrap();
         assert!(un == src, "{file}: unpacked bytes differ from {name}");

@@ -142,3 +142,20 @@ pub enum Cq4Error {
         group: usize,
     },
 }
+
+impl Cq4Error {
+    /// True when the tensor given is the problem (non-finite or too large
+    /// values, an empty or oversized shape, a corrupt panel file), false
+    /// when the caller broke the API's contract (chunking, buffer lengths).
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(
+            self,
+            Cq4Error::CodebookDimension { .. }
+                | Cq4Error::CodebookNotConverged { .. }
+                | Cq4Error::BadChunk { .. }
+                | Cq4Error::BufferLength { .. }
+                | Cq4Error::RowOutOfRange { .. }
+                | Cq4Error::BadRotation(_)
+        )
+    }
+}

@@ -20,6 +20,20 @@ impl std::fmt::Display for Op {
     }
 }
 
+impl QuantError {
+    /// True when the values or bytes converted are the problem (an
+    /// unsupported type, a row width the type cannot hold, non-finite or
+    /// out-of-range values), false when the caller's slices do not match.
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(
+            self,
+            QuantError::PartialRow { .. }
+                | QuantError::ByteLength { .. }
+                | QuantError::BlockLength { .. }
+        )
+    }
+}
+
 /// Everything that can go wrong when converting rows. Every variant carries
 /// the evidence needed to name the problem without re-running anything.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

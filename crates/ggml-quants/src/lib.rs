@@ -31,4 +31,4 @@ pub use error::{Op, QuantError};
 pub use rows::{
     dequantize_rows, materialize_rows, quantize_rows, row_bytes, supports_decode, supports_encode,
 };
-pub use types::{GgmlType, ALL_TYPES};
+pub use types::{Dtype, GgmlType, RawType, ALL_RAW_TYPES, ALL_TYPES};

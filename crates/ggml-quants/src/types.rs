@@ -181,3 +181,169 @@ impl std::fmt::Display for GgmlType {
         f.write_str(&self.name().to_ascii_uppercase())
     }
 }
+
+/// An element type that `convert` carries as raw bytes, never decodes:
+/// integers, booleans, f64 and the 8-bit and smaller floats of safetensors
+/// (`position_ids`, masks, FP8 checkpoints' weights and scales...).
+///
+/// [`RawType::id`] is the number the `.weights` container stores (precision
+/// code `0x200 + id`, `docs/FORMAT.md` §raw); it never changes for a type.
+#[allow(non_camel_case_types, missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u32)]
+pub enum RawType {
+    BOOL = 0,
+    U8 = 1,
+    I8 = 2,
+    U16 = 3,
+    I16 = 4,
+    U32 = 5,
+    I32 = 6,
+    U64 = 7,
+    I64 = 8,
+    F64 = 9,
+    F8_E4M3 = 10,
+    F8_E5M2 = 11,
+    F8_E8M0 = 12,
+    F6_E2M3 = 13,
+    F6_E3M2 = 14,
+    F4 = 15,
+}
+
+/// Every raw type, in id order.
+pub const ALL_RAW_TYPES: [RawType; 16] = {
+    use RawType::*;
+    [
+        BOOL, U8, I8, U16, I16, U32, I32, U64, I64, F64, F8_E4M3, F8_E5M2, F8_E8M0, F6_E2M3,
+        F6_E3M2, F4,
+    ]
+};
+
+impl RawType {
+    /// The container id (`precision = 0x200 + id`).
+    pub fn id(self) -> u32 {
+        self as u32
+    }
+
+    /// The type for a container id.
+    pub fn from_id(id: u32) -> Option<Self> {
+        ALL_RAW_TYPES.iter().copied().find(|t| t.id() == id)
+    }
+
+    /// Bits per element.
+    pub fn bits(self) -> u64 {
+        use RawType::*;
+        match self {
+            BOOL | U8 | I8 | F8_E4M3 | F8_E5M2 | F8_E8M0 => 8,
+            U16 | I16 => 16,
+            U32 | I32 => 32,
+            U64 | I64 | F64 => 64,
+            F6_E2M3 | F6_E3M2 => 6,
+            F4 => 4,
+        }
+    }
+
+    /// The safetensors spelling (`I64`, `BOOL`, `F8_E4M3`, ...).
+    pub fn name(self) -> &'static str {
+        use RawType::*;
+        match self {
+            BOOL => "BOOL",
+            U8 => "U8",
+            I8 => "I8",
+            U16 => "U16",
+            I16 => "I16",
+            U32 => "U32",
+            I32 => "I32",
+            U64 => "U64",
+            I64 => "I64",
+            F64 => "F64",
+            F8_E4M3 => "F8_E4M3",
+            F8_E5M2 => "F8_E5M2",
+            F8_E8M0 => "F8_E8M0",
+            F6_E2M3 => "F6_E2M3",
+            F6_E3M2 => "F6_E3M2",
+            F4 => "F4",
+        }
+    }
+
+    /// Parse the safetensors spelling (exact, upper case).
+    pub fn from_name(name: &str) -> Option<Self> {
+        ALL_RAW_TYPES.iter().copied().find(|t| t.name() == name)
+    }
+
+    /// Bytes of `elements` values, or `None` when they do not fill whole
+    /// bytes or the size overflows.
+    pub fn bytes_of(self, elements: u64) -> Option<u64> {
+        let bits = elements.checked_mul(self.bits())?;
+        bits.is_multiple_of(8).then_some(bits / 8)
+    }
+
+    /// The raw type of a ggml plain non-float type (`I8`..`I64`, `F64`).
+    pub fn of_ggml(t: GgmlType) -> Option<Self> {
+        Some(match t {
+            GgmlType::I8 => RawType::I8,
+            GgmlType::I16 => RawType::I16,
+            GgmlType::I32 => RawType::I32,
+            GgmlType::I64 => RawType::I64,
+            GgmlType::F64 => RawType::F64,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for RawType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The element type of a source tensor: a ggml type `convert` can decode
+/// (float or block-quantized) or a raw type it only copies.
+///
+/// ggml's plain non-float types (I8..I64, F64) are always [`Dtype::Raw`]
+/// ([`Dtype::of_ggml`] normalizes them), so one type has one spelling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dtype {
+    /// A ggml float or block type.
+    Ggml(GgmlType),
+    /// Raw bytes of a non-float (or exotic float) type.
+    Raw(RawType),
+}
+
+impl Dtype {
+    /// A GGUF tensor's type, normalized (I8..I64 and F64 become raw).
+    pub fn of_ggml(t: GgmlType) -> Self {
+        RawType::of_ggml(t).map_or(Dtype::Ggml(t), Dtype::Raw)
+    }
+
+    /// The ggml type, if this is one.
+    pub fn ggml(self) -> Option<GgmlType> {
+        match self {
+            Dtype::Ggml(t) => Some(t),
+            Dtype::Raw(_) => None,
+        }
+    }
+
+    /// True for F32, F16 and BF16.
+    pub fn is_float(self) -> bool {
+        matches!(
+            self,
+            Dtype::Ggml(GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+        )
+    }
+}
+
+impl std::fmt::Display for Dtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dtype::Ggml(t) => t.fmt(f),
+            Dtype::Raw(t) => t.fmt(f),
+        }
+    }
+}
+
+impl From<GgmlType> for Dtype {
+    fn from(t: GgmlType) -> Self {
+        Dtype::of_ggml(t)
+    }
+}

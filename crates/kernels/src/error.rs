@@ -51,6 +51,19 @@ impl fmt::Display for KernelError {
 
 impl std::error::Error for KernelError {}
 
+impl KernelError {
+    /// True when the error comes from the matrix bytes or shape given (a
+    /// corrupt or unsupported file, activations that cannot be quantized),
+    /// false when a caller passed buffers of the wrong length or asked for
+    /// an ISA the CPU lacks.
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(
+            self,
+            KernelError::Length { .. } | KernelError::IsaUnavailable(_)
+        )
+    }
+}
+
 /// `Err(Length)` unless `got == expected`.
 pub(crate) fn check_len(
     what: &'static str,

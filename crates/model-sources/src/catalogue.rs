@@ -3,12 +3,12 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use ggml_quants::GgmlType;
+use ggml_quants::Dtype;
 use serde_json::Value as Json;
 
 use crate::error::{ErrorKind, Result, SourceError};
 use crate::gguf::{GgufFile, Value, GGUF_MAGIC};
-use crate::mmap::{io_kind, MappedFile};
+use crate::mmap::{io_kind, read_regular, MappedFile};
 use crate::roles::{role_of, tied_embeddings, Role};
 use crate::safetensors_file::SafetensorsFile;
 
@@ -52,7 +52,7 @@ pub struct Tensor {
     /// outputs and K inputs; GGUF's `ne` order reversed).
     pub shape: Vec<u64>,
     /// Source element type.
-    pub dtype: GgmlType,
+    pub dtype: Dtype,
     /// What it is for.
     pub role: Role,
     /// Index into [`Catalogue::files`].
@@ -103,6 +103,9 @@ pub struct Catalogue {
     pub hf_config: Option<Json>,
     /// Non-weight files of a folder to carry into a bundle (those that exist).
     pub aux_files: Vec<PathBuf>,
+    /// Auxiliary files present but not carried, with the reason (a symbolic
+    /// link out of the model folder, a FIFO, ...).
+    pub skipped_files: Vec<(String, String)>,
     /// `general.architecture` or `config.json` `model_type`.
     pub architecture: Option<String>,
     /// Output projection tied to the token embedding.
@@ -164,7 +167,7 @@ impl Catalogue {
                     role: role_of(&t.name, &shape),
                     name: t.name,
                     shape,
-                    dtype: t.ggml_type,
+                    dtype: Dtype::of_ggml(t.ggml_type),
                     file: 0,
                     offset: data_offset + t.offset,
                     n_bytes: t.n_bytes,
@@ -182,6 +185,7 @@ impl Catalogue {
             st_metadata: Vec::new(),
             hf_config: None,
             aux_files: Vec::new(),
+            skipped_files: Vec::new(),
             architecture,
         })
     }
@@ -237,6 +241,7 @@ impl Catalogue {
             st_metadata: Vec::new(),
             hf_config,
             aux_files: Vec::new(),
+            skipped_files: Vec::new(),
             architecture,
         })
     }
@@ -262,15 +267,57 @@ impl Catalogue {
     }
 }
 
+/// Largest config / index JSON read.
+const MAX_JSON_BYTES: u64 = 64 << 20;
+/// Largest auxiliary file (tokenizer.json of a 256k vocabulary is ~35 MB).
+pub const MAX_AUX_BYTES: u64 = 512 << 20;
+
 fn read_json(path: &Path) -> Result<Json> {
-    let text = std::fs::read_to_string(path).map_err(|e| SourceError::new(path, io_kind(e)))?;
-    serde_json::from_str(&text)
-        .map_err(|e| SourceError::new(path, ErrorKind::BadFolder(format!("invalid JSON: {e}"))))
+    let bytes = read_regular(path, MAX_JSON_BYTES)?;
+    let bad = |m: String| SourceError::new(path, ErrorKind::BadFolder(m));
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|e| bad(format!("not UTF-8 text ({e}): not a JSON file")))?;
+    serde_json::from_str(text).map_err(|e| bad(format!("invalid JSON: {e}")))
+}
+
+/// Whether an auxiliary file of `dir` may be carried into a bundle: `None`
+/// when it does not exist, `Some(Ok(path))` to carry it, `Some(Err(why))`
+/// to skip it. A symbolic link is followed only to a regular file inside
+/// the model folder or, for a Hugging Face hub cache snapshot
+/// (`<repo>/snapshots/<rev>/`), inside the repository's `blobs/` folder.
+fn aux_file(dir: &Path, name: &str) -> Option<std::result::Result<PathBuf, String>> {
+    let path = dir.join(name);
+    let meta = std::fs::symlink_metadata(&path).ok()?;
+    if meta.file_type().is_symlink() {
+        let (Ok(target), Ok(root)) = (path.canonicalize(), dir.canonicalize()) else {
+            return Some(Err("a symbolic link that does not resolve".into()));
+        };
+        let in_cache = root
+            .parent()
+            .filter(|p| p.file_name().is_some_and(|n| n == "snapshots"))
+            .and_then(Path::parent)
+            .is_some_and(|repo| target.starts_with(repo.join("blobs")));
+        if !target.starts_with(&root) && !in_cache {
+            return Some(Err(format!(
+                "a symbolic link to {} outside the model folder: not copied",
+                target.display()
+            )));
+        }
+    }
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => Some(Ok(path)),
+        Ok(m) if m.is_dir() => Some(Err("a folder, not a file: not copied".into())),
+        Ok(_) => Some(Err(
+            "a FIFO, socket or device, not a regular file: not read".into(),
+        )),
+        Err(e) => Some(Err(format!("cannot be read: {e}"))),
+    }
 }
 
 fn open_hf_folder(dir: &Path) -> Result<Catalogue> {
     let config_path = dir.join("config.json");
-    if !config_path.is_file() {
+    let present = |p: &Path| std::fs::symlink_metadata(p).is_ok();
+    if !present(&config_path) {
         return Err(SourceError::new(
             dir,
             ErrorKind::BadFolder("not a Hugging Face model folder: config.json is missing".into()),
@@ -280,13 +327,18 @@ fn open_hf_folder(dir: &Path) -> Result<Catalogue> {
     let index_path = dir.join("model.safetensors.index.json");
     let single = dir.join("model.safetensors");
     let mut files = Vec::new();
-    if index_path.is_file() {
+    if present(&index_path) {
         let index = read_json(&index_path)?;
         let bad = |m: String| SourceError::new(&index_path, ErrorKind::BadFolder(m));
         let map = index
             .get("weight_map")
             .and_then(Json::as_object)
             .ok_or_else(|| bad("no \"weight_map\" object".into()))?;
+        if map.is_empty() {
+            return Err(bad(
+                "the \"weight_map\" is empty: the index lists no tensor".into(),
+            ));
+        }
         // Shards in order of first appearance, then sorted by name for determinism.
         let mut shards: Vec<String> = Vec::new();
         for (tensor, shard) in map {
@@ -341,7 +393,7 @@ fn open_hf_folder(dir: &Path) -> Result<Catalogue> {
                 )));
             }
         }
-    } else if single.is_file() {
+    } else if present(&single) {
         files.push(SafetensorsFile::open(&single)?);
     } else {
         return Err(SourceError::new(
@@ -357,13 +409,13 @@ fn open_hf_folder(dir: &Path) -> Result<Catalogue> {
         .unwrap_or_default();
     let mut cat = Catalogue::from_safetensors(files, dir, SourceKind::HfFolder, Some(config))?;
     cat.st_metadata = st_metadata;
-    cat.aux_files = HF_AUX_FILES
-        .iter()
-        .map(|f| dir.join(f))
-        .filter(|p| p.is_file())
-        .collect();
-    if index_path.is_file() {
-        cat.aux_files.push(index_path);
+    let index_name = "model.safetensors.index.json";
+    for name in HF_AUX_FILES.iter().copied().chain([index_name]) {
+        match aux_file(dir, name) {
+            None => {}
+            Some(Ok(p)) => cat.aux_files.push(p),
+            Some(Err(why)) => cat.skipped_files.push((name.to_string(), why)),
+        }
     }
     Ok(cat)
 }

@@ -39,6 +39,9 @@ pub enum ErrorKind {
     /// The path does not exist or is not a file / folder as needed.
     #[error("not found or not readable: {0}")]
     NotFound(String),
+    /// A FIFO, socket, device or folder where a regular file is needed.
+    #[error("is {0}, not a regular file: refused without reading it")]
+    NotRegular(String),
     /// The file is not of a format this tool reads.
     #[error("unrecognized model format: {0}")]
     UnknownFormat(String),
@@ -139,7 +142,7 @@ pub enum ErrorKind {
         type_id: u32,
     },
     /// A dtype the tool does not read (safetensors).
-    #[error("tensor '{tensor}': unsupported dtype {dtype} (supported: F32, F16, BF16)")]
+    #[error("tensor '{tensor}': unknown dtype {dtype:?}")]
     UnsupportedDtype {
         /// The tensor.
         tensor: String,
@@ -154,6 +157,9 @@ pub enum ErrorKind {
         /// The problem.
         problem: String,
     },
+    /// A safetensors header problem that concerns no single tensor.
+    #[error("invalid safetensors header: {0}")]
+    BadHeader(String),
     /// The safetensors crate rejected the file.
     #[error("invalid safetensors file: {0}")]
     Safetensors(String),

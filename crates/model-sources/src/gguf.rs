@@ -23,6 +23,11 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 pub const MAX_DIMS: usize = 4;
 /// Arrays nested deeper than this are rejected.
 pub const MAX_ARRAY_DEPTH: usize = 8;
+/// At most this many metadata array elements in a file (all arrays
+/// together). Each element costs a few dozen bytes in memory however few
+/// bytes it takes in the file, so this bounds the memory a header can claim;
+/// real vocabularies (tokens, scores, merges) have well under a million.
+pub const MAX_METADATA_ELEMENTS: u64 = 1 << 24;
 
 /// A metadata value type id (`gguf_type`).
 #[allow(missing_docs)]
@@ -235,8 +240,7 @@ impl GgufFile {
 
     /// Parse an already mapped file.
     pub fn parse(map: MappedFile) -> Result<Self> {
-        let header =
-            parse_header(map.bytes()).map_err(|kind| SourceError::new(map.path(), kind))?;
+        let header = parse(map.bytes()).map_err(|kind| SourceError::new(map.path(), kind))?;
         Ok(GgufFile {
             map,
             version: header.version,
@@ -310,17 +314,26 @@ impl GgufFile {
     }
 }
 
-struct Header {
-    version: u32,
-    metadata: Vec<(String, Value)>,
-    tensors: Vec<GgufTensorInfo>,
-    alignment: u64,
-    data_offset: u64,
+/// Everything a GGUF file says before its data section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GgufHeader {
+    /// 2 or 3.
+    pub version: u32,
+    /// Key/values in file order.
+    pub metadata: Vec<(String, Value)>,
+    /// Tensor infos in file order.
+    pub tensors: Vec<GgufTensorInfo>,
+    /// Alignment of the data section and of every tensor offset.
+    pub alignment: u64,
+    /// Absolute offset of the data section.
+    pub data_offset: u64,
 }
 
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// Metadata array elements still allowed ([`MAX_METADATA_ELEMENTS`]).
+    elements_left: u64,
 }
 
 type KResult<T> = std::result::Result<T, ErrorKind>;
@@ -439,6 +452,15 @@ impl<'a> Cursor<'a> {
                     value_type: id,
                 })?;
                 let n = self.count("metadata array element", elem.min_size())?;
+                self.elements_left =
+                    self.elements_left
+                        .checked_sub(n)
+                        .ok_or_else(|| ErrorKind::BadMetadata {
+                            key: key.to_string(),
+                            problem: format!(
+                            "more than {MAX_METADATA_ELEMENTS} metadata array elements in the file"
+                        ),
+                        })?;
                 let mut items = Vec::with_capacity(n as usize);
                 for _ in 0..n {
                     items.push(self.value(key, elem, depth + 1)?);
@@ -453,8 +475,37 @@ fn align_up(x: u64, a: u64) -> Option<u64> {
     x.checked_add(a - 1).map(|v| v / a * a)
 }
 
-fn parse_header(buf: &[u8]) -> KResult<Header> {
-    let mut c = Cursor { buf, pos: 0 };
+/// Parse and validate a whole GGUF file's bytes: header, metadata, tensor
+/// infos, and that every tensor's data lies in the file without overlaps.
+/// Never panics and allocates only what the bytes can back.
+pub fn parse(buf: &[u8]) -> KResult<GgufHeader> {
+    let mut c = Cursor {
+        buf,
+        pos: 0,
+        elements_left: MAX_METADATA_ELEMENTS,
+    };
+    let (version, n_tensors, n_kv) = preamble(&mut c)?;
+    let metadata = metadata(&mut c, n_kv)?;
+    let alignment = alignment_of(&metadata)?;
+    let tensors = tensor_infos(&mut c, n_tensors, alignment)?;
+    let data_offset = align_up(c.pos as u64, alignment).ok_or(ErrorKind::Truncated {
+        what: "data section".into(),
+        offset: c.pos as u64,
+        needed: alignment,
+        file_len: buf.len() as u64,
+    })?;
+    check_data(&tensors, data_offset, buf.len() as u64)?;
+    Ok(GgufHeader {
+        version,
+        metadata,
+        tensors,
+        alignment,
+        data_offset,
+    })
+}
+
+/// Magic, version and the two counts.
+fn preamble(c: &mut Cursor<'_>) -> KResult<(u32, u64, u64)> {
     let magic = c.u32("GGUF magic")?;
     if magic != GGUF_MAGIC {
         return Err(ErrorKind::BadMagic {
@@ -475,7 +526,11 @@ fn parse_header(buf: &[u8]) -> KResult<Header> {
     let n_tensors = c.count("tensor", 33)?;
     // A key/value needs at least 8 (key len) + 4 (type) + 1 bytes.
     let n_kv = c.count("metadata key/value", 13)?;
+    Ok((version, n_tensors, n_kv))
+}
 
+/// The key/value pairs, in file order; keys unique.
+fn metadata(c: &mut Cursor<'_>, n_kv: u64) -> KResult<Vec<(String, Value)>> {
     let mut metadata: Vec<(String, Value)> = Vec::with_capacity(n_kv as usize);
     let mut keys = HashSet::new();
     for _ in 0..n_kv {
@@ -491,9 +546,13 @@ fn parse_header(buf: &[u8]) -> KResult<Header> {
         }
         metadata.push((key, value));
     }
+    Ok(metadata)
+}
 
-    let alignment = match metadata.iter().find(|(k, _)| k == "general.alignment") {
-        None => DEFAULT_ALIGNMENT,
+/// `general.alignment` (a power-of-two UINT32) or the default.
+fn alignment_of(metadata: &[(String, Value)]) -> KResult<u64> {
+    match metadata.iter().find(|(k, _)| k == "general.alignment") {
+        None => Ok(DEFAULT_ALIGNMENT),
         Some((k, Value::U32(a))) => {
             let a = u64::from(*a);
             if a == 0 || !a.is_power_of_two() {
@@ -502,19 +561,21 @@ fn parse_header(buf: &[u8]) -> KResult<Header> {
                     problem: format!("alignment {a} is not a power of two"),
                 });
             }
-            a
+            Ok(a)
         }
-        Some((k, v)) => {
-            return Err(ErrorKind::BadMetadata {
-                key: k.clone(),
-                problem: format!("must be UINT32, found {v:?}"),
-            })
-        }
-    };
+        Some((k, v)) => Err(ErrorKind::BadMetadata {
+            key: k.clone(),
+            problem: format!("must be UINT32, found {}", v.value_type().name()),
+        }),
+    }
+}
 
-    let mut tensors: Vec<GgufTensorInfo> = Vec::with_capacity(n_tensors as usize);
+/// The tensor infos: names safe and unique, known types, shapes whose byte
+/// size is computable, offsets aligned.
+fn tensor_infos(c: &mut Cursor<'_>, n: u64, alignment: u64) -> KResult<Vec<GgufTensorInfo>> {
+    let mut tensors: Vec<GgufTensorInfo> = Vec::with_capacity(n as usize);
     let mut names = HashSet::new();
-    for _ in 0..n_tensors {
+    for _ in 0..n {
         let name = c.string("tensor name")?;
         let n_dims = c.u32("tensor n_dims")? as usize;
         if n_dims == 0 || n_dims > MAX_DIMS {
@@ -571,14 +632,11 @@ fn parse_header(buf: &[u8]) -> KResult<Header> {
             n_bytes,
         });
     }
+    Ok(tensors)
+}
 
-    let data_offset = align_up(c.pos as u64, alignment).ok_or(ErrorKind::Truncated {
-        what: "data section".into(),
-        offset: c.pos as u64,
-        needed: alignment,
-        file_len: buf.len() as u64,
-    })?;
-    let file_len = buf.len() as u64;
+/// Every tensor's bytes lie in the data section and no two share bytes.
+fn check_data(tensors: &[GgufTensorInfo], data_offset: u64, file_len: u64) -> KResult<()> {
     if data_offset > file_len && !tensors.is_empty() {
         return Err(ErrorKind::Truncated {
             what: "data section".into(),
@@ -588,9 +646,8 @@ fn parse_header(buf: &[u8]) -> KResult<Header> {
         });
     }
     let data_len = file_len.saturating_sub(data_offset);
-    for t in &tensors {
-        let end = t.offset.checked_add(t.n_bytes);
-        match end {
+    for t in tensors {
+        match t.offset.checked_add(t.n_bytes) {
             Some(end) if end <= data_len => {}
             _ => {
                 return Err(ErrorKind::BadTensorData {
@@ -603,7 +660,6 @@ fn parse_header(buf: &[u8]) -> KResult<Header> {
             }
         }
     }
-    // No two tensors may share bytes.
     let mut spans: Vec<(u64, u64, &str)> = tensors
         .iter()
         .filter(|t| t.n_bytes > 0)
@@ -618,11 +674,5 @@ fn parse_header(buf: &[u8]) -> KResult<Header> {
             });
         }
     }
-    Ok(Header {
-        version,
-        metadata,
-        tensors,
-        alignment,
-        data_offset,
-    })
+    Ok(())
 }

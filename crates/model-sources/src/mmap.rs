@@ -19,16 +19,10 @@ impl MappedFile {
     /// modified while `convert` runs (as with every mmap-based reader,
     /// truncating a mapped file under us would raise SIGBUS).
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| SourceError::new(path, io_kind(e)))?;
+        let file = open_regular(path)?;
         let meta = file
             .metadata()
             .map_err(|e| SourceError::new(path, ErrorKind::Io(e)))?;
-        if !meta.is_file() {
-            return Err(SourceError::new(
-                path,
-                ErrorKind::NotFound("not a regular file".into()),
-            ));
-        }
         // A zero-length file cannot be mapped on every platform; it is simply empty.
         let map = if meta.len() == 0 {
             None
@@ -68,6 +62,61 @@ impl MappedFile {
     pub fn is_empty(&self) -> bool {
         self.bytes().is_empty()
     }
+}
+
+/// Open `path` for reading only if it is a regular file (symbolic links
+/// followed). FIFOs, sockets and devices are refused without being read:
+/// the open is non-blocking (a FIFO without a writer would block forever)
+/// and the opened handle is checked, so the file cannot be swapped between
+/// the check and the read.
+pub fn open_regular(path: &Path) -> Result<File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| SourceError::new(path, io_kind(e)))?;
+    let ft = file
+        .metadata()
+        .map_err(|e| SourceError::new(path, ErrorKind::Io(e)))?
+        .file_type();
+    if !ft.is_file() {
+        let what = if ft.is_dir() {
+            "a folder"
+        } else if ft.is_fifo() {
+            "a FIFO (named pipe)"
+        } else if ft.is_socket() {
+            "a socket"
+        } else if ft.is_block_device() || ft.is_char_device() {
+            "a device"
+        } else {
+            "not a regular file"
+        };
+        return Err(SourceError::new(
+            path,
+            ErrorKind::NotRegular(what.to_string()),
+        ));
+    }
+    Ok(file)
+}
+
+/// Read a small regular file whole (config and index JSON, tokenizer
+/// files), refusing FIFOs, sockets and devices (see [`open_regular`]) and
+/// files larger than `limit` bytes.
+pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let f = open_regular(path)?;
+    let mut buf = Vec::new();
+    f.take(limit.saturating_add(1))
+        .read_to_end(&mut buf)
+        .map_err(|e| SourceError::new(path, ErrorKind::Io(e)))?;
+    if buf.len() as u64 > limit {
+        return Err(SourceError::new(
+            path,
+            ErrorKind::BadFolder(format!("larger than the {limit}-byte limit for this file")),
+        ));
+    }
+    Ok(buf)
 }
 
 pub(crate) fn io_kind(e: std::io::Error) -> ErrorKind {

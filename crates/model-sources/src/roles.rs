@@ -27,6 +27,11 @@ pub enum Role {
 }
 
 impl Role {
+    /// A 2-D weight that multiplies activations (matmul, embedding, lm_head).
+    pub fn is_matrix(self) -> bool {
+        matches!(self, Role::Matmul | Role::TokenEmbedding | Role::Output)
+    }
+
     /// Stable lower-case name used in the manifest and `inspect`.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -79,6 +79,18 @@ pub enum InterleaveError {
     },
 }
 
+impl InterleaveError {
+    /// True for geometry that the tensor itself makes impossible (rows that
+    /// are not whole blocks, sizes that overflow), false for buffers of the
+    /// wrong length or positions outside the tensor (caller mistakes).
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(
+            self,
+            InterleaveError::Length { .. } | InterleaveError::OutOfRange { .. }
+        )
+    }
+}
+
 /// Checks factor, block and row sizes; returns the total byte size
 /// `rows * row_bytes`.
 pub fn validate(

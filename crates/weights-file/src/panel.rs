@@ -85,6 +85,14 @@ pub enum PanelError {
     },
 }
 
+impl PanelError {
+    /// True for shapes the tensor makes impossible, false for an index
+    /// outside the tensor (a caller mistake).
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, PanelError::IndexOutOfRange { .. })
+    }
+}
+
 /// The rotation family of a CQ4 tensor; it decides the tail of the scales blob.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RotationFamily {

@@ -1,8 +1,13 @@
 //! Zero-copy, validating view of a `.weights` file.
 
+use ggml_quants::GgmlType;
+use zerocopy::FromBytes;
+
 use crate::format::{
-    flags, Header, Layout, Precision, EXTENDED_HEADER_LEN, HEADER_LEN, MAGIC, MAX_ALIGNMENT,
+    flags, Header, Layout, Precision, RawExtension, RawHeader, CQ4_GROUP_SIZE, EXTENDED_HEADER_LEN,
+    HEADER_LEN, MAGIC, MAX_ALIGNMENT,
 };
+use crate::panel::PanelGeometry;
 
 /// Why a container is rejected. Variants carry the evidence.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,121 +69,102 @@ pub enum ContainerError {
     Overflow(&'static str),
 }
 
-/// ggml block geometry of the sidecar types: (ggml id, weights per block, bytes per block).
-pub const SIDECAR_BLOCKS: [(u32, u32, u64); 5] = [
-    (8, 32, 34),
-    (6, 32, 22),
-    (12, 256, 144),
-    (13, 256, 176),
-    (14, 256, 210),
-];
+impl ContainerError {
+    /// Always true: every variant describes a file that is not a valid
+    /// container.
+    pub fn is_bad_input(&self) -> bool {
+        true
+    }
+}
 
 /// A validated view of a container's bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct WeightsFile<'a> {
-    /// The decoded header.
-    header: &'a [u8],
-    parsed: HeaderFields,
+    raw: &'a RawHeader,
+    header: Header,
     /// Region offsets.
     pub layout: Layout,
     bytes: &'a [u8],
 }
 
-#[derive(Debug, Clone, Copy)]
-struct HeaderFields {
-    flags: u32,
-    alignment: u32,
-    ndim: u32,
-    dims: [u64; 8],
-    precision: u32,
-    data_bytes: u64,
-    scales_bytes: u64,
-    group_size: u32,
-    num_groups: u32,
-    original_n: u64,
-}
-
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
-}
-
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[o..o + 8]);
-    u64::from_le_bytes(a)
-}
-
 /// Decode the header fields without validating them against anything but
 /// the header's own length.
 pub fn decode_header(bytes: &[u8]) -> Result<Header, ContainerError> {
-    if bytes.len() < HEADER_LEN {
-        return Err(ContainerError::TooShort {
-            len: bytes.len() as u64,
-            needed: HEADER_LEN as u64,
+    let (raw, rest) = RawHeader::ref_from_prefix(bytes).map_err(|_| ContainerError::TooShort {
+        len: bytes.len() as u64,
+        needed: HEADER_LEN as u64,
+    })?;
+    if raw.magic.get() != MAGIC {
+        return Err(ContainerError::BadMagic {
+            found: raw.magic.get(),
         });
     }
-    let magic = u32_at(bytes, 0);
-    if magic != MAGIC {
-        return Err(ContainerError::BadMagic { found: magic });
-    }
-    let mut dims = [0u64; 8];
-    for (i, d) in dims.iter_mut().take(4).enumerate() {
-        *d = u64_at(bytes, 16 + 8 * i);
-    }
-    let flags_v = u32_at(bytes, 4);
-    if flags_v & flags::EXTENDED_SHAPE != 0 {
-        if bytes.len() < EXTENDED_HEADER_LEN {
-            return Err(ContainerError::TooShort {
+    let ext = if raw.flags.get() & flags::EXTENDED_SHAPE != 0 {
+        let (ext, _) =
+            RawExtension::ref_from_prefix(rest).map_err(|_| ContainerError::TooShort {
                 len: bytes.len() as u64,
                 needed: EXTENDED_HEADER_LEN as u64,
-            });
-        }
-        for (i, d) in dims.iter_mut().skip(4).enumerate() {
-            *d = u64_at(bytes, HEADER_LEN + 8 * i);
-        }
-    }
-    Ok(Header {
-        flags: flags_v,
-        alignment: u32_at(bytes, 8),
-        ndim: u32_at(bytes, 12),
-        dims,
-        precision: u32_at(bytes, 48),
-        data_bytes: u64_at(bytes, 52),
-        scales_bytes: u64_at(bytes, 60),
-        group_size: u32_at(bytes, 68),
-        num_groups: u32_at(bytes, 72),
-        original_n: u64_at(bytes, 76),
-    })
+            })?;
+        Some(ext)
+    } else {
+        None
+    };
+    Ok(Header::from_raw(raw, ext))
 }
 
-fn bad(field: &'static str, found: u64, why: String) -> ContainerError {
+fn bad(field: &'static str, found: u64, why: impl Into<String>) -> ContainerError {
     ContainerError::BadField {
         field,
         found,
-        expected_why: why,
+        expected_why: why.into(),
     }
 }
 
-/// Check the header fields against each other (not against a file).
+/// Check the header fields against each other (not against a file): the
+/// fields every file has, then the rules of its kind of precision.
 pub fn validate_header(h: &Header) -> Result<Layout, ContainerError> {
+    let elements = validate_common(h)?;
+    let precision = h
+        .precision()
+        .ok_or(ContainerError::UnknownPrecision(h.precision))?;
+    match precision {
+        Precision::Fp16 => validate_row_major(h, elements.checked_mul(2), "fp16")?,
+        Precision::Fp32 => validate_row_major(h, elements.checked_mul(4), "fp32")?,
+        Precision::Raw(t) => validate_row_major(h, t.bytes_of(elements), t.name())?,
+        Precision::Cq(bits) => validate_cq_panels(h, bits)?,
+        Precision::Ggml(id) => validate_sidecar(h, id)?,
+        Precision::Int8 => {
+            return Err(bad(
+                "precision",
+                0,
+                "INT8 (the engine's legacy grouped int8) is not a format convert reads",
+            ))
+        }
+    }
+    Layout::of(h).ok_or(ContainerError::Overflow("region offsets"))
+}
+
+/// Flags, alignment, ndim and dims; returns the element count.
+fn validate_common(h: &Header) -> Result<u64, ContainerError> {
     if h.flags & !flags::KNOWN != 0 {
         return Err(ContainerError::UnknownFlags(h.flags & !flags::KNOWN));
     }
     if h.alignment == 0 || !h.alignment.is_power_of_two() || h.alignment > MAX_ALIGNMENT {
         return Err(ContainerError::BadAlignment(h.alignment));
     }
-    let max_dims = if h.flags & flags::EXTENDED_SHAPE != 0 {
-        8
-    } else {
-        4
-    };
+    let max_dims = if h.is_extended() { 8 } else { 4 };
     if h.ndim == 0 || h.ndim > max_dims {
         return Err(ContainerError::BadShape(format!(
             "ndim {} (allowed 1..={max_dims})",
             h.ndim
         )));
     }
-    let shape = h.shape();
+    if h.is_extended() && h.ndim <= 4 {
+        return Err(ContainerError::BadShape(format!(
+            "EXTENDED_SHAPE is set but ndim is {} (it is only for more than 4 dims)",
+            h.ndim
+        )));
+    }
     if let Some(i) = h.dims[h.ndim as usize..].iter().position(|&d| d != 0) {
         return Err(ContainerError::BadShape(format!(
             "dims[{}] = {} beyond ndim {}",
@@ -187,123 +173,205 @@ pub fn validate_header(h: &Header) -> Result<Layout, ContainerError> {
             h.ndim
         )));
     }
-    let elements = shape
+    h.shape()
         .iter()
         .try_fold(1u64, |a, &d| a.checked_mul(d))
-        .ok_or(ContainerError::Overflow("product of dims"))?;
-    let precision = h
-        .precision()
-        .ok_or(ContainerError::UnknownPrecision(h.precision))?;
-    match precision {
-        Precision::Fp16 | Precision::Fp32 => {
-            let es = if precision == Precision::Fp16 { 2 } else { 4 };
-            let want = elements
-                .checked_mul(es)
-                .ok_or(ContainerError::Overflow("data size"))?;
-            if h.data_bytes != want {
-                return Err(bad(
-                    "data_bytes",
-                    h.data_bytes,
-                    format!("{shape:?} x {es} bytes = {want}"),
-                ));
-            }
-            if h.scales_bytes != 0 {
-                return Err(bad(
-                    "scales_bytes",
-                    h.scales_bytes,
-                    "plain files have no scales (0)".into(),
-                ));
-            }
-        }
-        Precision::Cq(bits) => {
-            if h.ndim != 2 {
-                return Err(ContainerError::BadShape(format!(
-                    "CQ files are 2-D, ndim is {}",
-                    h.ndim
-                )));
-            }
-            let (n, k) = (h.dims[0], h.dims[1]);
-            let gs = u64::from(h.group_size);
-            if gs == 0 || gs % 4 != 0 || k % gs != 0 || k / gs != u64::from(h.num_groups) {
-                return Err(bad(
-                    "num_groups",
-                    h.num_groups.into(),
-                    format!("K = {k} must be num_groups x group_size (group_size {gs}, a multiple of 4)"),
-                ));
-            }
-            if h.original_n != n {
-                return Err(bad(
-                    "original_N",
-                    h.original_n,
-                    format!("equals dims[0] = {n}"),
-                ));
-            }
-            if h.flags & flags::PACKED_PANELS != 0 {
-                if bits != 4 {
-                    return Err(bad(
-                        "precision",
-                        h.precision.into(),
-                        "packed panels are CQ4 only".into(),
-                    ));
-                }
-                let want = n
-                    .div_ceil(64)
-                    .checked_mul(64 * k / 2)
-                    .ok_or(ContainerError::Overflow("panel data size"))?;
-                if h.data_bytes != want {
-                    return Err(bad(
-                        "data_bytes",
-                        h.data_bytes,
-                        format!("ceil({n}/64) x 64 x {k} / 2 = {want} for packed panels"),
-                    ));
-                }
-            }
-        }
-        Precision::Ggml(id) => {
-            let (_, bs, ts) = SIDECAR_BLOCKS
-                .iter()
-                .copied()
-                .find(|(t, _, _)| *t == id)
-                .ok_or(ContainerError::UnknownPrecision(h.precision))?;
-            if h.ndim != 2 {
-                return Err(ContainerError::BadShape(format!(
-                    "sidecar files are 2-D, ndim is {}",
-                    h.ndim
-                )));
-            }
-            let (n, k) = (h.dims[0], h.dims[1]);
-            if h.group_size != bs
-                || k % u64::from(bs) != 0
-                || k / u64::from(bs) != u64::from(h.num_groups)
-            {
-                return Err(bad(
-                    "group_size",
-                    h.group_size.into(),
-                    format!(
-                        "block size {bs} with num_groups = K / {bs} (K = {k}, num_groups {})",
-                        h.num_groups
-                    ),
-                ));
-            }
-            let want = n
-                .checked_mul(u64::from(h.num_groups))
-                .and_then(|v| v.checked_mul(ts))
-                .ok_or(ContainerError::Overflow("sidecar data size"))?;
-            if h.data_bytes != want {
-                return Err(bad(
-                    "data_bytes",
-                    h.data_bytes,
-                    format!("{n} rows x {} blocks x {ts} bytes = {want}", h.num_groups),
-                ));
-            }
-            let il = h.flags & (flags::ROW_INTERLEAVE_4 | flags::ROW_INTERLEAVE_8);
-            if il == flags::ROW_INTERLEAVE_4 | flags::ROW_INTERLEAVE_8 {
-                return Err(ContainerError::UnknownFlags(il));
-            }
-        }
-        Precision::Int8 => {}
+        .ok_or(ContainerError::Overflow("product of dims"))
+}
+
+/// Flags other than the ones a kind allows are an error.
+fn only_flags(h: &Header, allowed: u32, kind: &str) -> Result<(), ContainerError> {
+    let extra = h.flags & !allowed;
+    if extra != 0 {
+        return Err(bad(
+            "flags",
+            h.flags.into(),
+            format!(
+                "{kind} files may not set {}",
+                flags::names(extra).join(" | ")
+            ),
+        ));
     }
-    Layout::of(h).ok_or(ContainerError::Overflow("region offsets"))
+    Ok(())
+}
+
+/// Plain FP16 / FP32 and raw files: row-major values, nothing else.
+fn validate_row_major(h: &Header, want: Option<u64>, what: &str) -> Result<(), ContainerError> {
+    only_flags(h, flags::EXTENDED_SHAPE, "plain")?;
+    let want = want.ok_or(ContainerError::Overflow("data size"))?;
+    if h.data_bytes != want {
+        return Err(bad(
+            "data_bytes",
+            h.data_bytes,
+            format!("{:?} {what} values take {want} bytes", h.shape()),
+        ));
+    }
+    if h.scales_bytes != 0 {
+        return Err(bad(
+            "scales_bytes",
+            h.scales_bytes,
+            "plain files have no scales (0)",
+        ));
+    }
+    if h.group_size != 0 || h.num_groups != 0 {
+        return Err(bad(
+            if h.group_size != 0 {
+                "group_size"
+            } else {
+                "num_groups"
+            },
+            u64::from(h.group_size.max(h.num_groups)),
+            "plain files have no groups (0)",
+        ));
+    }
+    if h.original_n != h.dims[0] {
+        return Err(bad(
+            "original_N",
+            h.original_n,
+            format!("equals dims[0] = {}", h.dims[0]),
+        ));
+    }
+    Ok(())
+}
+
+/// CQ4 packed panels, both rotation families.
+fn validate_cq_panels(h: &Header, bits: u8) -> Result<(), ContainerError> {
+    if h.flags & flags::PACKED_PANELS == 0 || bits != 4 {
+        return Err(bad(
+            "flags",
+            h.flags.into(),
+            format!("CQ{bits} without PACKED_PANELS: only CQ4 packed panels are supported"),
+        ));
+    }
+    only_flags(
+        h,
+        flags::PACKED_PANELS | flags::ORTHOGONAL_ROTATION,
+        "CQ4 packed-panel",
+    )?;
+    if h.ndim != 2 {
+        return Err(ContainerError::BadShape(format!(
+            "CQ files are 2-D, ndim is {}",
+            h.ndim
+        )));
+    }
+    let (n, k) = (h.dims[0], h.dims[1]);
+    if h.group_size != CQ4_GROUP_SIZE {
+        return Err(bad(
+            "group_size",
+            h.group_size.into(),
+            format!("CQ4 packed panels have groups of {CQ4_GROUP_SIZE}"),
+        ));
+    }
+    if k % u64::from(CQ4_GROUP_SIZE) != 0
+        || k / u64::from(CQ4_GROUP_SIZE) != u64::from(h.num_groups)
+    {
+        return Err(bad(
+            "num_groups",
+            h.num_groups.into(),
+            format!("K = {k} must be num_groups x {CQ4_GROUP_SIZE}"),
+        ));
+    }
+    if h.original_n != n {
+        return Err(bad(
+            "original_N",
+            h.original_n,
+            format!("equals dims[0] = {n}"),
+        ));
+    }
+    let (Ok(nu), Ok(ku)) = (usize::try_from(n), usize::try_from(k)) else {
+        return Err(ContainerError::Overflow("panel shape"));
+    };
+    let g = PanelGeometry::new(nu, ku, CQ4_GROUP_SIZE as usize)
+        .map_err(|e| ContainerError::BadShape(e.to_string()))?;
+    if h.data_bytes != g.data_bytes() as u64 {
+        return Err(bad(
+            "data_bytes",
+            h.data_bytes,
+            format!(
+                "ceil({n}/64) x 64 x {k} / 2 = {} for packed panels",
+                g.data_bytes()
+            ),
+        ));
+    }
+    let family = h
+        .rotation_family()
+        .ok_or(ContainerError::Overflow("family"))?;
+    let want = g.scales_layout(family).scales_bytes as u64;
+    if h.scales_bytes != want {
+        return Err(bad(
+            "scales_bytes",
+            h.scales_bytes,
+            format!("the {family:?} scales blob of a {n} x {k} tensor is {want} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// ggml sidecars: whole blocks, rows interleaved by 4 or 8.
+fn validate_sidecar(h: &Header, id: u32) -> Result<(), ContainerError> {
+    let ty = GgmlType::from_id(id)
+        .filter(|t| t.is_quantized())
+        .ok_or(ContainerError::UnknownPrecision(h.precision))?;
+    only_flags(
+        h,
+        flags::ROW_INTERLEAVE_4 | flags::ROW_INTERLEAVE_8,
+        "sidecar",
+    )?;
+    if h.interleave().is_none() {
+        return Err(bad(
+            "flags",
+            h.flags.into(),
+            "a sidecar sets exactly one of ROW_INTERLEAVE_4 and ROW_INTERLEAVE_8",
+        ));
+    }
+    if h.ndim != 2 {
+        return Err(ContainerError::BadShape(format!(
+            "sidecar files are 2-D, ndim is {}",
+            h.ndim
+        )));
+    }
+    let (n, k) = (h.dims[0], h.dims[1]);
+    let bs = ty.block_size() as u64;
+    if u64::from(h.group_size) != bs || k % bs != 0 || k / bs != u64::from(h.num_groups) {
+        return Err(bad(
+            "group_size",
+            h.group_size.into(),
+            format!(
+                "{ty} block size {bs} with num_groups = K / {bs} (K = {k}, num_groups {})",
+                h.num_groups
+            ),
+        ));
+    }
+    let want = n
+        .checked_mul(u64::from(h.num_groups))
+        .and_then(|v| v.checked_mul(ty.type_size() as u64))
+        .ok_or(ContainerError::Overflow("sidecar data size"))?;
+    if h.data_bytes != want {
+        return Err(bad(
+            "data_bytes",
+            h.data_bytes,
+            format!(
+                "{n} rows x {} blocks x {} bytes = {want}",
+                h.num_groups,
+                ty.type_size()
+            ),
+        ));
+    }
+    if h.scales_bytes != 0 {
+        return Err(bad(
+            "scales_bytes",
+            h.scales_bytes,
+            "sidecars have no scales (0)",
+        ));
+    }
+    if h.original_n != n {
+        return Err(bad(
+            "original_N",
+            h.original_n,
+            format!("equals dims[0] = {n}"),
+        ));
+    }
+    Ok(())
 }
 
 impl<'a> WeightsFile<'a> {
@@ -333,20 +401,11 @@ impl<'a> WeightsFile<'a> {
                 return Err(ContainerError::NonZeroPadding(a + i as u64));
             }
         }
+        let (raw, _) = RawHeader::ref_from_prefix(bytes)
+            .map_err(|_| ContainerError::Overflow("header view"))?;
         Ok(WeightsFile {
-            header: &bytes[..layout.header_len as usize],
-            parsed: HeaderFields {
-                flags: h.flags,
-                alignment: h.alignment,
-                ndim: h.ndim,
-                dims: h.dims,
-                precision: h.precision,
-                data_bytes: h.data_bytes,
-                scales_bytes: h.scales_bytes,
-                group_size: h.group_size,
-                num_groups: h.num_groups,
-                original_n: h.original_n,
-            },
+            raw,
+            header: h,
             layout,
             bytes,
         })
@@ -354,26 +413,18 @@ impl<'a> WeightsFile<'a> {
 
     /// The header.
     pub fn header(&self) -> Header {
-        let p = self.parsed;
-        Header {
-            flags: p.flags,
-            alignment: p.alignment,
-            ndim: p.ndim,
-            dims: p.dims,
-            precision: p.precision,
-            data_bytes: p.data_bytes,
-            scales_bytes: p.scales_bytes,
-            group_size: p.group_size,
-            num_groups: p.num_groups,
-            original_n: p.original_n,
-        }
-    }
-
-    /// The raw header bytes.
-    pub fn header_bytes(&self) -> &'a [u8] {
         self.header
     }
 
+    /// The stored fixed header.
+    pub fn raw_header(&self) -> &'a RawHeader {
+        self.raw
+    }
+
+    /// The raw header bytes (84 or 116).
+    pub fn header_bytes(&self) -> &'a [u8] {
+        &self.bytes[..self.layout.header_len as usize]
+    }
     /// The scales region.
     pub fn scales(&self) -> &'a [u8] {
         let l = self.layout;

@@ -9,6 +9,10 @@ use crate::format::{Header, Layout};
 /// A file written under a temporary name in the destination folder and
 /// renamed into place by [`AtomicFile::commit`]. Dropped without commit, the
 /// temporary file is removed, so a failed conversion leaves nothing behind.
+///
+/// The temporary is created with create-new semantics (`O_CREAT | O_EXCL`):
+/// if anything already has its name, a file or a symbolic link planted
+/// there, creation fails instead of following or truncating it.
 #[derive(Debug)]
 pub struct AtomicFile {
     tmp: PathBuf,
@@ -26,7 +30,10 @@ impl AtomicFile {
         tmp_name.push(name);
         tmp_name.push(".partial");
         let tmp = dest.with_file_name(tmp_name);
-        let file = File::create(&tmp)?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
         Ok(AtomicFile {
             tmp,
             dest: dest.to_path_buf(),
@@ -34,7 +41,8 @@ impl AtomicFile {
         })
     }
 
-    /// Flush, sync and rename into place.
+    /// Flush, sync and rename into place (the rename replaces a directory
+    /// entry; it never writes through a link at the destination).
     pub fn commit(mut self) -> io::Result<()> {
         if let Some(w) = self.file.take() {
             let f = w.into_inner().map_err(|e| e.into_error())?;
@@ -103,4 +111,27 @@ pub fn prefix(header: &Header, scales: &[u8]) -> io::Result<Vec<u8>> {
     out.extend_from_slice(scales);
     out.resize(layout.data_offset as usize, 0);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn never_follows_a_planted_temporary() {
+        let dir = std::env::temp_dir().join(format!("wf-atomic-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join(".x.weights.partial")).unwrap();
+        let e = AtomicFile::create(&dir.join("x.weights")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let mut f = AtomicFile::create(&dir.join("y.weights")).unwrap();
+        f.write_all(b"abc").unwrap();
+        f.commit().unwrap();
+        assert_eq!(std::fs::read(dir.join("y.weights")).unwrap(), b"abc");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

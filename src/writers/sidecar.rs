@@ -1,43 +1,19 @@
 //! ggml sidecar files: whole ggml blocks, rows interleaved in groups of 4 or 8.
 
 use std::io::Write;
-use std::path::Path;
 
 use anyhow::{Context, Result};
-use ggml_quants::{GgmlType, TorchDtype};
-use model_sources::{Catalogue, Tensor};
+use ggml_quants::GgmlType;
 use rayon::prelude::*;
-use weights_file::format::{flags, GGML_PRECISION_BASE, SIDECAR_ALIGNMENT};
+use weights_file::format::Interleave;
 use weights_file::{interleave, Header};
 
-use crate::convert::for_each_chunk_aligned;
+use super::Ctx;
 use crate::failure::bad_input;
 use crate::manifest::Entry;
-use crate::output::HashedFile;
-
-/// The header of a sidecar file.
-pub fn sidecar_header(ty: GgmlType, factor: usize, n: u64, k: u64) -> Header {
-    let mut dims = [0u64; 8];
-    dims[0] = n;
-    dims[1] = k;
-    let bs = ty.block_size() as u64;
-    Header {
-        flags: if factor == 4 {
-            flags::ROW_INTERLEAVE_4
-        } else {
-            flags::ROW_INTERLEAVE_8
-        },
-        alignment: SIDECAR_ALIGNMENT,
-        ndim: 2,
-        dims,
-        precision: GGML_PRECISION_BASE | ty.id(),
-        data_bytes: n * (k / bs) * ty.type_size() as u64,
-        scales_bytes: 0,
-        group_size: bs as u32,
-        num_groups: (k / bs) as u32,
-        original_n: n,
-    }
-}
+use crate::materialize;
+use crate::outdir::HashedFile;
+use crate::plan::Job;
 
 /// Layout details for the manifest and `inspect`.
 pub fn details(ty: GgmlType, factor: usize, n: u64, k: u64) -> serde_json::Value {
@@ -79,35 +55,30 @@ fn write_rows(
 }
 
 /// Write one sidecar file and return its manifest entry.
-#[allow(clippy::too_many_arguments)]
-pub fn write_sidecar(
-    cat: &Catalogue,
-    t: &Tensor,
+pub fn write(
+    ctx: &Ctx,
+    job: &Job,
     ty: GgmlType,
-    factor: usize,
+    il: Interleave,
     requantize: bool,
-    dtype: TorchDtype,
-    path: &Path,
-    file: &str,
 ) -> Result<Entry> {
+    let t = job.tensor;
     let (n, k) = (t.shape[0], t.shape[1]);
-    let bs = ty.block_size() as u64;
-    if k % bs != 0 {
-        return Err(bad_input(format!(
-            "tensor '{}' in {}: row length {k} is not a multiple of the {ty} block size {bs}",
-            t.name,
-            cat.file_of(t).display()
-        )));
-    }
-    let header = sidecar_header(ty, factor, n, k);
-    let row_bytes = (k / bs) as usize * ty.type_size();
-    let mut w = HashedFile::create(path)?;
+    let factor = il.factor();
+    let header = Header::sidecar(ty, il, n, k).ok_or_else(|| {
+        bad_input(format!(
+            "{}: row length {k} is not a multiple of the {ty} block size {}",
+            ctx.at(job),
+            ty.block_size()
+        ))
+    })?;
+    let row_bytes = (header.data_bytes / n) as usize;
+    let mut w = ctx.out.create(&job.file)?;
     w.write_all(&weights_file::write::prefix(&header, &[])?)?;
     let mut buf = Vec::new();
-    let ctx = || format!("tensor '{}' in {}", t.name, cat.file_of(t).display());
     if requantize {
         let mut q = Vec::new();
-        for_each_chunk_aligned(cat, t, dtype, factor, |first_row, values| {
+        materialize::rows(ctx.cat, t, ctx.opts.dtype, factor, |first_row, values| {
             let rows = values.len() / k as usize;
             q.resize(rows * row_bytes, 0);
             // Quantize in parallel, `factor` rows per task; bytes never depend on the split.
@@ -118,37 +89,32 @@ pub fn write_sidecar(
                     ggml_quants::quantize_rows(ty, src, k as usize, dst)
                         .with_context(|| format!("rows from {}", first_row + i * factor))
                 })
-                .with_context(ctx)?;
+                .with_context(|| ctx.at(job))?;
             write_rows(&mut w, &q, row_bytes, ty.type_size(), factor, &mut buf)
         })?;
     } else {
-        let data = cat.data(t);
-        if data.len() as u64 != n * row_bytes as u64 {
+        let data = ctx.cat.data(t);
+        if data.len() as u64 != header.data_bytes {
             return Err(bad_input(format!(
                 "{}: {} bytes of data, {n} rows of {row_bytes} bytes expected",
-                ctx(),
+                ctx.at(job),
                 data.len()
             )));
         }
         // Groups of rows at a time: never the whole tensor twice in memory.
-        let step = (8 << 20) / (factor * row_bytes).max(1) * factor;
-        for chunk in data.chunks(step.max(factor) * row_bytes) {
+        let step = ((8 << 20) / (factor * row_bytes)).max(1) * factor;
+        for chunk in data.chunks(step * row_bytes) {
             write_rows(&mut w, chunk, row_bytes, ty.type_size(), factor, &mut buf)
-                .with_context(ctx)?;
+                .with_context(|| ctx.at(job))?;
         }
     }
     let done = w.commit()?;
-    Ok(Entry {
-        tensor: t.name.clone(),
-        role: t.role.as_str().into(),
-        shape: t.shape.clone(),
-        source_dtype: t.dtype.to_string(),
-        file: Some(file.into()),
-        precision: ty.to_string(),
-        layout: format!("ggml_r{factor}"),
-        bytes: done.bytes,
-        sha256: done.sha256,
-        source_file: None,
-        details: Some(details(ty, factor, n, k)),
-    })
+    Ok(Entry::new(
+        t,
+        Some(&job.file),
+        ty.to_string(),
+        format!("ggml_r{factor}"),
+        Some(&done),
+        Some(details(ty, factor, n, k)),
+    ))
 }

@@ -1,0 +1,108 @@
+//! Arguments resolved into typed options (the raw clap values become the
+//! values the pipeline works with here, in one place).
+
+use anyhow::{Context, Result};
+use ggml_quants::{GgmlType, TorchDtype};
+use weights_file::format::Interleave;
+
+use crate::cli::ConvertArgs;
+use crate::failure::bad_input;
+
+/// The conversion mode, with the data only that mode has.
+#[derive(Debug)]
+pub enum Mode {
+    /// Sidecars for ggml-typed tensors, everything else stays in the source.
+    Keep {
+        /// `--qtype`: float 2-D weights are quantized to this type first.
+        qtype: Option<GgmlType>,
+        /// Rows per interleave group.
+        interleave: Interleave,
+    },
+    /// Plain FP16/FP32 for everything (raw types as they are).
+    Plain,
+    /// CQ4 panels for matmul weights, embeddings and lm_head; plain for the rest.
+    Cq4 {
+        /// `--keep-quant`: ggml-typed 2-D tensors stay ggml (sidecars).
+        keep_quant: bool,
+        /// Rows per interleave group of those sidecars.
+        interleave: Interleave,
+        /// Rotations, codebooks and the seed shared by every tensor.
+        bundle: Box<cq4::Bundle>,
+    },
+}
+
+/// Everything that decides the output bytes, plus how to run.
+#[derive(Debug)]
+pub struct Options {
+    /// Materialization dtype.
+    pub dtype: TorchDtype,
+    /// The mode.
+    pub mode: Mode,
+    /// Worker threads (never changes bytes).
+    pub threads: usize,
+}
+
+impl Options {
+    /// Resolve the arguments.
+    pub fn from_args(args: &ConvertArgs) -> Result<Self> {
+        let interleave = args.interleave.map_or(Interleave::R8, Into::into);
+        let mode = if args.bits.is_some() {
+            Mode::Cq4 {
+                keep_quant: args.keep_quant,
+                interleave,
+                bundle: Box::new(cq4::Bundle::new(args.seed.unwrap_or(cq4::DEFAULT_SEED))),
+            }
+        } else if args.plain {
+            Mode::Plain
+        } else {
+            Mode::Keep {
+                qtype: args.qtype.map(Into::into),
+                interleave,
+            }
+        };
+        let threads = match args.threads {
+            Some(0) => return Err(bad_input("--threads must be at least 1")),
+            Some(n) => n,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        Ok(Options {
+            dtype: args.torch_dtype.into(),
+            mode,
+            threads,
+        })
+    }
+
+    /// The worker pool.
+    pub fn pool(&self) -> Result<rayon::ThreadPool> {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(self.threads)
+            .build()
+            .context("cannot start worker threads")
+    }
+
+    /// The options that affect the bytes, for the manifest.
+    pub fn to_json(&self) -> serde_json::Value {
+        let dtype = self.dtype.name();
+        match &self.mode {
+            Mode::Plain => serde_json::json!({ "mode": "plain", "torch_dtype": dtype }),
+            Mode::Keep { qtype, interleave } => serde_json::json!({
+                "mode": "keep",
+                "torch_dtype": dtype,
+                "qtype": qtype.map(|q| q.to_string()),
+                "interleave": interleave.factor(),
+            }),
+            Mode::Cq4 {
+                keep_quant,
+                interleave,
+                bundle,
+            } => serde_json::json!({
+                "mode": "cq4",
+                "bits": 4,
+                "torch_dtype": dtype,
+                "seed": bundle.seed(),
+                "keep_quant": keep_quant,
+                "interleave": interleave.factor(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,500 @@
+//! The output folder: locking it, staging a bundle next to it, swapping the
+//! finished bundle in, file names, hashed writes.
+//!
+//! The rules (`docs/FORMAT.md` §bundle folder):
+//! - the output folder is locked (`flock` on the folder) for the whole run;
+//!   a second run into the same folder fails at once;
+//! - every file is written into a fresh staging folder next to the output
+//!   (`.<name>.convert-staging`), each under a temporary name created with
+//!   create-new semantics, then renamed; nothing is ever opened for writing
+//!   in the output folder itself;
+//! - only a complete (and verified) bundle is swapped in: the old manifest
+//!   is removed first, the new files are renamed over the old ones, files
+//!   the old manifest listed and the new bundle lacks are removed, the new
+//!   manifest comes last; so at every instant a manifest present in the
+//!   folder describes files that are all there;
+//! - `--force` replaces exactly the files the previous manifest lists; any
+//!   other file of the folder is left alone, and the run refuses to start
+//!   when one has the name of a file it would write;
+//! - on any failure (or SIGINT / SIGTERM, see [`interrupt`]) the staging
+//!   folder is removed and the output folder is as it was.
+
+use std::collections::{BTreeSet, HashSet};
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::{anyhow, Context, Result};
+use sha2::{Digest, Sha256};
+use weights_file::AtomicFile;
+
+use crate::failure::{bad_input, signal_name};
+use crate::manifest::Manifest;
+
+/// Names `convert` itself writes besides tensor files.
+pub const MANIFEST: &str = "manifest.json";
+/// GGUF key/values of the source.
+pub const GGUF_METADATA: &str = "gguf_metadata.json";
+/// Marker file inside a staging folder (so only ours are ever removed).
+const STAGING_MARKER: &str = ".convert-staging";
+/// Longest file name `convert` writes (bytes), leaving room for the
+/// temporary's `.` prefix and `.partial` suffix within the 255 of Linux,
+/// macOS and Windows file systems.
+pub const MAX_FILE_NAME: usize = 200;
+
+/// Turn a tensor name into a file-name stem: keeps `[A-Za-z0-9._-]`,
+/// replaces anything else (path separators, spaces, control characters)
+/// with `_`, and never yields `.`/`..`-only or hidden names.
+pub fn safe_stem(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.starts_with('.') {
+        s.insert(0, '_');
+    }
+    if s.is_empty() {
+        s.push('_');
+    }
+    s
+}
+
+/// Hands out unique file names in one output folder.
+#[derive(Debug, Default)]
+pub struct NameAllocator {
+    used: HashSet<String>,
+}
+
+impl NameAllocator {
+    /// `stem + suffix`, or `stem~2 + suffix`, ... if taken (decided in tensor
+    /// order, so deterministic). A name longer than [`MAX_FILE_NAME`] keeps
+    /// the first 120 bytes of its stem and gets `~` and 16 hex digits of the
+    /// sha256 of the whole tensor name instead of the rest.
+    pub fn allocate(&mut self, tensor: &str, suffix: &str) -> String {
+        let mut stem = safe_stem(tensor);
+        if stem.len() + suffix.len() + 4 > MAX_FILE_NAME {
+            stem.truncate(120);
+            stem.push('~');
+            stem.push_str(&sha256(tensor.as_bytes())[..16]);
+        }
+        let mut name = format!("{stem}{suffix}");
+        let mut i = 2;
+        while !self.used.insert(name.to_ascii_lowercase()) {
+            name = format!("{stem}~{i}{suffix}");
+            i += 1;
+        }
+        name
+    }
+
+    /// Reserve a fixed name (manifest.json, copied config files).
+    pub fn reserve(&mut self, name: &str) {
+        self.used.insert(name.to_ascii_lowercase());
+    }
+}
+
+/// A manifest file name must be a plain name inside the bundle.
+pub fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\', '\0'])
+        && Path::new(name).is_relative()
+}
+
+/// What the signal handler must undo while a run is active.
+#[derive(Debug)]
+struct Active {
+    staging: PathBuf,
+    /// The output folder, when this run created it (removed if still empty).
+    created: Option<PathBuf>,
+    out: PathBuf,
+    /// The swap has started: let it finish.
+    committed: bool,
+}
+
+/// The run in progress (at most one per process). The signal thread and the
+/// commit take this lock, so a signal never lands in the middle of a swap.
+static ACTIVE: Mutex<Option<Active>> = Mutex::new(None);
+
+fn remove_staging(staging: &Path) {
+    // Rename first: a worker still writing can then no longer create files
+    // in it (its paths no longer resolve), so the removal cannot race.
+    let trash = staging.with_extension(format!("trash-{}", std::process::id()));
+    let target = if std::fs::rename(staging, &trash).is_ok() {
+        trash
+    } else {
+        staging.to_path_buf()
+    };
+    for _ in 0..3 {
+        if std::fs::remove_dir_all(&target).is_ok() || !target.exists() {
+            return;
+        }
+    }
+}
+
+/// Called by the signal thread: undo the active run and exit with
+/// 128 + `sig`. A swap in progress is finished first (the new bundle is
+/// then complete and stays).
+pub fn interrupt(sig: i32) -> ! {
+    let guard = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+    let msg = match guard.as_ref() {
+        Some(a) if a.committed => format!(
+            "interrupted by {} after the new bundle was complete in {}",
+            signal_name(sig),
+            a.out.display()
+        ),
+        Some(a) => {
+            remove_staging(&a.staging);
+            if let Some(c) = &a.created {
+                let _ = std::fs::remove_dir(c);
+            }
+            format!(
+                "interrupted by {}: removed the unfinished bundle; {} is as it was",
+                signal_name(sig),
+                a.out.display()
+            )
+        }
+        None => format!("interrupted by {}", signal_name(sig)),
+    };
+    eprintln!("\rerror: {msg}");
+    std::process::exit(128 + sig)
+}
+
+/// A locked output folder with a staging folder next to it.
+#[derive(Debug)]
+pub struct OutputDir {
+    out: PathBuf,
+    staging: PathBuf,
+    created: bool,
+    /// Files the previous manifest lists (replaced or removed on commit).
+    old_files: BTreeSet<String>,
+    /// Held for the lifetime of the run (the lock is on this handle).
+    _lock: File,
+}
+
+impl OutputDir {
+    /// Create or check the output folder, lock it and create the staging
+    /// folder. `planned` are the names the bundle will have; `inputs` the
+    /// source files (none may be in the output folder).
+    pub fn prepare(
+        out: &Path,
+        inputs: &[PathBuf],
+        force: bool,
+        planned: &[String],
+    ) -> Result<Self> {
+        if out.exists() && !out.is_dir() {
+            return Err(bad_input(format!(
+                "output {} exists and is not a folder",
+                out.display()
+            )));
+        }
+        let created = !out.exists();
+        std::fs::create_dir_all(out)
+            .with_context(|| format!("cannot create output folder {}", out.display()))?;
+        let undo = |e: anyhow::Error| {
+            if created {
+                let _ = std::fs::remove_dir(out);
+            }
+            e
+        };
+        let lock = lock_folder(out).map_err(undo)?;
+        let out_c = out
+            .canonicalize()
+            .with_context(|| format!("cannot resolve output folder {}", out.display()))?;
+        for input in inputs {
+            let ic = input.canonicalize().unwrap_or_else(|_| input.clone());
+            if ic == out_c || ic.parent() == Some(out_c.as_path()) {
+                return Err(undo(bad_input(format!(
+                    "output folder {} holds the input {}: outputs may never overwrite inputs; choose another folder",
+                    out.display(),
+                    input.display()
+                ))));
+            }
+        }
+        let old_files = existing_bundle(out, force).map_err(undo)?;
+        // A file of the folder that the new bundle would replace but that no
+        // previous bundle wrote is the user's: refuse rather than lose it.
+        for name in planned {
+            let p = out.join(name);
+            if std::fs::symlink_metadata(&p).is_ok() && !old_files.contains(name) {
+                return Err(undo(bad_input(format!(
+                    "output folder {} already holds {name}, which no previous bundle's manifest lists: convert would replace it; move it away or choose another folder",
+                    out.display()
+                ))));
+            }
+        }
+        let staging = staging_path(&out_c)?;
+        clear_stale_staging(&staging).map_err(undo)?;
+        std::fs::create_dir(&staging)
+            .and_then(|()| File::create_new(staging.join(STAGING_MARKER)).map(drop))
+            .with_context(|| format!("cannot create the staging folder {}", staging.display()))
+            .map_err(undo)?;
+        *ACTIVE.lock().unwrap_or_else(|p| p.into_inner()) = Some(Active {
+            staging: staging.clone(),
+            created: created.then(|| out.to_path_buf()),
+            out: out.to_path_buf(),
+            committed: false,
+        });
+        Ok(OutputDir {
+            out: out.to_path_buf(),
+            staging,
+            created,
+            old_files,
+            _lock: lock,
+        })
+    }
+
+    /// The staging folder (the bundle while it is being written).
+    pub fn staging(&self) -> &Path {
+        &self.staging
+    }
+
+    /// Start writing bundle file `name` (in the staging folder).
+    pub fn create(&self, name: &str) -> Result<HashedFile> {
+        HashedFile::create(&self.staging.join(name), self.out.join(name))
+    }
+
+    /// Write a whole small bundle file and hash it.
+    pub fn write_small(&self, name: &str, bytes: &[u8]) -> Result<Written> {
+        let mut f = self.create(name)?;
+        f.write_all(bytes)
+            .with_context(|| format!("cannot write {}", self.out.join(name).display()))?;
+        f.commit()
+    }
+
+    /// Swap the staged bundle in (see the module docs for the order).
+    pub fn commit(self, manifest: &Manifest) -> Result<()> {
+        let mut guard = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = guard.as_mut() {
+            a.committed = true;
+        }
+        let new: BTreeSet<String> = manifest.file_names().collect();
+        let ctx =
+            |what: &str, name: &str| format!("cannot {what} {}", self.out.join(name).display());
+        remove_if_file(&self.out.join(MANIFEST)).with_context(|| ctx("remove", MANIFEST))?;
+        for name in new.iter().filter(|n| *n != MANIFEST) {
+            std::fs::rename(self.staging.join(name), self.out.join(name))
+                .with_context(|| ctx("move into place", name))?;
+        }
+        for name in self.old_files.difference(&new) {
+            remove_if_file(&self.out.join(name)).with_context(|| ctx("remove", name))?;
+        }
+        std::fs::rename(self.staging.join(MANIFEST), self.out.join(MANIFEST))
+            .with_context(|| ctx("move into place", MANIFEST))?;
+        if let Ok(d) = File::open(&self.out) {
+            let _ = d.sync_all();
+        }
+        remove_staging(&self.staging);
+        *guard = None;
+        Ok(())
+    }
+
+    /// Remove everything this run wrote; the output folder is as it was.
+    pub fn abort(self) {
+        let mut guard = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+        remove_staging(&self.staging);
+        if self.created {
+            let _ = std::fs::remove_dir(&self.out);
+        }
+        *guard = None;
+    }
+}
+
+/// `flock` the folder itself (no lock file is left behind).
+fn lock_folder(out: &Path) -> Result<File> {
+    let dir = File::open(out).with_context(|| format!("cannot open {}", out.display()))?;
+    match dir.try_lock() {
+        Ok(()) => Ok(dir),
+        Err(std::fs::TryLockError::WouldBlock) => Err(bad_input(format!(
+            "output folder {} is in use by another convert run (it holds a lock on the folder); wait for it or choose another folder",
+            out.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(anyhow!(e).context(format!("cannot lock output folder {}", out.display())))
+        }
+    }
+}
+
+/// `.<name>.convert-staging` beside the (resolved) output folder.
+fn staging_path(out_c: &Path) -> Result<PathBuf> {
+    let name = out_c
+        .file_name()
+        .ok_or_else(|| bad_input(format!("output folder {} has no name", out_c.display())))?;
+    let mut s = std::ffi::OsString::from(".");
+    s.push(name);
+    s.push(".convert-staging");
+    Ok(out_c.with_file_name(s))
+}
+
+/// A staging folder left by a killed run (we hold the output lock, so no
+/// live run owns it) is removed, but only if it carries our marker.
+fn clear_stale_staging(staging: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(staging) {
+        Err(_) => Ok(()),
+        Ok(m) if m.is_dir() && staging.join(STAGING_MARKER).is_file() => {
+            std::fs::remove_dir_all(staging).with_context(|| {
+                format!(
+                    "cannot remove the stale staging folder {}",
+                    staging.display()
+                )
+            })
+        }
+        Ok(_) => Err(bad_input(format!(
+            "{} exists and is not a staging folder of convert; move it away",
+            staging.display()
+        ))),
+    }
+}
+
+/// The files of the bundle already in `out`: empty for an empty folder;
+/// with `force`, the files its manifest lists (none without a manifest);
+/// without `force`, an error for a non-empty folder.
+fn existing_bundle(out: &Path, force: bool) -> Result<BTreeSet<String>> {
+    let mut entries =
+        std::fs::read_dir(out).with_context(|| format!("cannot list {}", out.display()))?;
+    if entries.next().is_none() {
+        return Ok(BTreeSet::new());
+    }
+    if !force {
+        return Err(bad_input(format!(
+            "output folder {} is not empty (use --force to replace its bundle)",
+            out.display()
+        )));
+    }
+    let mpath = out.join(MANIFEST);
+    let is_file = std::fs::symlink_metadata(&mpath).is_ok_and(|m| m.is_file());
+    if !is_file {
+        return Ok(BTreeSet::new());
+    }
+    let bytes = model_sources::mmap::read_regular(&mpath, 1 << 30)?;
+    let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
+        bad_input(format!(
+            "{}: not a manifest convert can read ({e}); --force replaces only the files a previous bundle's manifest lists: move the folder's contents away",
+            mpath.display()
+        ))
+    })?;
+    let names: BTreeSet<String> = m.file_names().filter(|n| is_plain_name(n)).collect();
+    Ok(names)
+}
+
+/// Remove `p` if it is a file (or a link); a missing entry is fine.
+fn remove_if_file(p: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => Err(io::Error::other("is a folder")),
+        Ok(_) => std::fs::remove_file(p),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// An [`AtomicFile`] in the staging folder that hashes and counts what goes
+/// through it; errors name the file's final path in the output folder.
+pub struct HashedFile {
+    inner: AtomicFile,
+    shown: PathBuf,
+    hasher: Sha256,
+    bytes: u64,
+}
+
+/// What a finished file was.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// Its length.
+    pub bytes: u64,
+    /// Lower-case hex sha256.
+    pub sha256: String,
+}
+
+impl HashedFile {
+    fn create(path: &Path, shown: PathBuf) -> Result<Self> {
+        Ok(HashedFile {
+            inner: AtomicFile::create(path)
+                .with_context(|| format!("cannot create {}", shown.display()))?,
+            shown,
+            hasher: Sha256::new(),
+            bytes: 0,
+        })
+    }
+
+    /// Rename into place; returns size and hash.
+    pub fn commit(self) -> Result<Written> {
+        let shown = self.shown;
+        self.inner
+            .commit()
+            .with_context(|| format!("cannot write {}", shown.display()))?;
+        Ok(Written {
+            bytes: self.bytes,
+            sha256: hex(&self.hasher.finalize()),
+        })
+    }
+}
+
+impl Write for HashedFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot write {}: {e}", self.shown.display()),
+            )
+        })?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// sha256 of a byte slice.
+pub fn sha256(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stems_are_safe() {
+        assert_eq!(safe_stem("blk.0.attn_q.weight"), "blk.0.attn_q.weight");
+        assert_eq!(safe_stem("a/b\\c d\n"), "a_b_c_d_");
+        assert_eq!(safe_stem("..x"), "_..x");
+        assert_eq!(safe_stem(""), "_");
+        assert!(!safe_stem("../../etc/passwd").contains('/'));
+    }
+
+    #[test]
+    fn allocator_is_unique_and_case_insensitive() {
+        let mut a = NameAllocator::default();
+        assert_eq!(a.allocate("x/y", ".weights"), "x_y.weights");
+        assert_eq!(a.allocate("x_y", ".weights"), "x_y~2.weights");
+        assert_eq!(a.allocate("X_Y", ".weights"), "X_Y~3.weights");
+    }
+
+    #[test]
+    fn long_names_are_shortened_deterministically() {
+        let long = "a".repeat(300);
+        let mut a = NameAllocator::default();
+        let n1 = a.allocate(&long, ".q8_0.r8.weights");
+        assert!(n1.len() <= MAX_FILE_NAME, "{}", n1.len());
+        assert!(n1.starts_with(&"a".repeat(120)));
+        let mut b = NameAllocator::default();
+        assert_eq!(b.allocate(&long, ".q8_0.r8.weights"), n1);
+        let other = format!("{}b", "a".repeat(299));
+        assert_ne!(a.allocate(&other, ".q8_0.r8.weights"), n1);
+    }
+}

@@ -1,0 +1,355 @@
+//! The plan: what happens to every tensor and the name of its file,
+//! decided from the catalogue and the options alone (no tensor data read).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Result;
+use ggml_quants::{Dtype, GgmlType, RawType};
+use model_sources::{Catalogue, Role, SourceKind, Tensor};
+use weights_file::format::Interleave;
+
+use crate::failure::bad_input;
+use crate::options::{Mode, Options};
+use crate::outdir::{self, NameAllocator};
+
+/// Longest row `convert` materializes (values): rows are processed whole,
+/// so one row must fit a chunk buffer. Real models have rows of at most a
+/// few hundred thousand values.
+pub const MAX_ROW_VALUES: u64 = 1 << 26;
+
+/// What happens to one tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Plain row-major FP16 (FP32 when a value does not fit fp16).
+    Plain,
+    /// Raw elements copied as they are (integers, bool, f64, fp8, ...).
+    Raw(RawType),
+    /// A ggml sidecar of type `ty`; `requantize` when the source is float
+    /// and is quantized first.
+    Sidecar {
+        /// The ggml type.
+        ty: GgmlType,
+        /// Rows per interleave group.
+        interleave: Interleave,
+        /// Quantized from float by `--qtype`.
+        requantize: bool,
+    },
+    /// Stays in the source file; only listed in the manifest.
+    Source,
+    /// CQ4 packed panels of the given rotation family.
+    Panels(cq4::Family),
+}
+
+/// "hadamard" or "orthogonal".
+pub fn family_name(f: cq4::Family) -> &'static str {
+    match f {
+        cq4::Family::Hadamard => "hadamard",
+        cq4::Family::Orthogonal => "orthogonal",
+    }
+}
+
+impl Action {
+    /// One line for the plan.
+    pub fn describe(self) -> String {
+        match self {
+            Action::Plain => "plain FP16 (FP32 if out of fp16 range)".into(),
+            Action::Raw(t) => format!("raw {t}, copied as stored"),
+            Action::Sidecar {
+                ty,
+                interleave,
+                requantize,
+            } => format!(
+                "{ty} R{} sidecar{}",
+                interleave.factor(),
+                if requantize {
+                    " (quantized from float)"
+                } else {
+                    ""
+                }
+            ),
+            Action::Source => "stays in the source file".into(),
+            Action::Panels(f) => format!("CQ4 packed panels, {} rotation", family_name(f)),
+        }
+    }
+
+    /// The file-name suffix.
+    fn suffix(self) -> String {
+        match self {
+            Action::Plain | Action::Raw(_) => ".weights".into(),
+            Action::Sidecar { ty, interleave, .. } => format!(
+                ".{}.r{}.weights",
+                ty.name().to_ascii_lowercase(),
+                interleave.factor()
+            ),
+            Action::Source => String::new(),
+            Action::Panels(_) => ".cq4p.weights".into(),
+        }
+    }
+
+    /// False for tensors that stay in the source.
+    pub fn writes_file(self) -> bool {
+        self != Action::Source
+    }
+}
+
+/// One planned job.
+#[derive(Debug)]
+pub struct Job<'c> {
+    /// The tensor.
+    pub tensor: &'c Tensor,
+    /// What happens to it.
+    pub action: Action,
+    /// Its file in the bundle (empty when it stays in the source).
+    pub file: String,
+}
+
+/// The plan of a conversion.
+#[derive(Debug)]
+pub struct Plan<'c> {
+    /// One job per tensor, in source order.
+    pub jobs: Vec<Job<'c>>,
+    /// Non-tensor files the bundle gets.
+    pub extra: Vec<Extra>,
+}
+
+/// A non-tensor file of the bundle.
+#[derive(Debug, Clone)]
+pub struct Extra {
+    /// Its name in the bundle.
+    pub name: String,
+    /// What it is (for the manifest).
+    pub what: &'static str,
+    /// The file it is copied from; `None` for the GGUF metadata dump.
+    pub source: Option<std::path::PathBuf>,
+}
+
+impl Plan<'_> {
+    /// Every file the bundle will have.
+    pub fn file_names(&self) -> Vec<String> {
+        self.jobs
+            .iter()
+            .filter(|j| j.action.writes_file())
+            .map(|j| j.file.clone())
+            .chain(self.extra.iter().map(|x| x.name.clone()))
+            .chain([outdir::MANIFEST.to_string()])
+            .collect()
+    }
+}
+
+/// The ggml types that get sidecars: those the kernels serve (and `verify`
+/// can check).
+pub fn has_sidecar(t: GgmlType) -> bool {
+    kernels::QuantFormat::from_ggml(t).is_some()
+}
+
+/// Decide what happens to every tensor and name its file.
+pub fn plan<'c>(cat: &'c Catalogue, opts: &Options) -> Result<Plan<'c>> {
+    let mut names = NameAllocator::default();
+    names.reserve(outdir::MANIFEST);
+    let mut extra = Vec::new();
+    if !cat.gguf_metadata.is_empty() {
+        names.reserve(outdir::GGUF_METADATA);
+        extra.push(Extra {
+            name: outdir::GGUF_METADATA.to_string(),
+            what: "all GGUF key/values of the source",
+            source: None,
+        });
+    }
+    for p in &cat.aux_files {
+        if let Some(n) = p.file_name() {
+            let n = n.to_string_lossy().into_owned();
+            names.reserve(&n);
+            extra.push(Extra {
+                name: n,
+                what: "copied from the source folder",
+                source: Some(p.clone()),
+            });
+        }
+    }
+    let mut jobs = Vec::with_capacity(cat.tensors.len());
+    for t in &cat.tensors {
+        let action = action_for(cat, t, opts)?;
+        check_size(cat, t, action)?;
+        let file = if action.writes_file() {
+            names.allocate(&t.name, &action.suffix())
+        } else {
+            String::new()
+        };
+        jobs.push(Job {
+            tensor: t,
+            action,
+            file,
+        });
+    }
+    Ok(Plan { jobs, extra })
+}
+
+fn at(cat: &Catalogue, t: &Tensor) -> String {
+    format!("tensor '{}' in {}", t.name, cat.file_of(t).display())
+}
+
+/// Zero-sized tensors are bad input in every mode, and so are rows too long
+/// to process for the actions that work on whole rows (checked before any
+/// file is written).
+fn check_size(cat: &Catalogue, t: &Tensor, action: Action) -> Result<()> {
+    if t.n_elements() == 0 {
+        return Err(bad_input(format!(
+            "{}: shape {:?} has no elements; convert does not write zero-sized tensors",
+            at(cat, t),
+            t.shape
+        )));
+    }
+    let by_rows = matches!(action, Action::Sidecar { .. } | Action::Panels(_));
+    if by_rows && t.ncols() > MAX_ROW_VALUES {
+        return Err(bad_input(format!(
+            "{}: rows of {} values are longer than the {MAX_ROW_VALUES} convert processes",
+            at(cat, t),
+            t.ncols()
+        )));
+    }
+    Ok(())
+}
+
+/// Fail early (before any file is written) for types that cannot be decoded.
+fn decodable(cat: &Catalogue, t: &Tensor, ty: GgmlType) -> Result<()> {
+    if ggml_quants::supports_decode(ty) {
+        Ok(())
+    } else {
+        Err(bad_input(format!(
+            "{}: ggml type {ty} cannot be decoded (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+            at(cat, t)
+        )))
+    }
+}
+
+/// Plain, or raw for a raw type.
+fn plain_or_raw(cat: &Catalogue, t: &Tensor) -> Result<Action> {
+    match t.dtype {
+        Dtype::Raw(r) => Ok(Action::Raw(r)),
+        Dtype::Ggml(g) => decodable(cat, t, g).map(|()| Action::Plain),
+    }
+}
+
+fn action_for(cat: &Catalogue, t: &Tensor, opts: &Options) -> Result<Action> {
+    let matrix = t.shape.len() == 2;
+    let sidecar_type = t.dtype.ggml().filter(|g| matrix && has_sidecar(*g));
+    Ok(match &opts.mode {
+        Mode::Plain => plain_or_raw(cat, t)?,
+        Mode::Cq4 {
+            keep_quant,
+            interleave,
+            ..
+        } => match (sidecar_type.filter(|_| *keep_quant), t.dtype) {
+            (Some(ty), _) => Action::Sidecar {
+                ty,
+                interleave: *interleave,
+                requantize: false,
+            },
+            (None, Dtype::Ggml(g)) if matrix && t.role.is_matrix() => {
+                decodable(cat, t, g)?;
+                if matches!(t.role, Role::TokenEmbedding | Role::Output) {
+                    Action::Panels(cq4::Family::Orthogonal)
+                } else {
+                    Action::Panels(cq4::Family::Hadamard)
+                }
+            }
+            _ => plain_or_raw(cat, t)?,
+        },
+        Mode::Keep { qtype, interleave } => {
+            if let Some(ty) = sidecar_type {
+                Action::Sidecar {
+                    ty,
+                    interleave: *interleave,
+                    requantize: false,
+                }
+            } else if let Some(q) =
+                qtype.filter(|_| matrix && t.dtype.is_float() && t.role.is_matrix())
+            {
+                let bs = q.block_size() as u64;
+                if !t.ncols().is_multiple_of(bs) {
+                    return Err(bad_input(format!(
+                        "{}: row length {} is not a multiple of the {q} block size {bs}, so --qtype {} cannot quantize it",
+                        at(cat, t),
+                        t.ncols(),
+                        q.name().to_ascii_lowercase(),
+                    )));
+                }
+                Action::Sidecar {
+                    ty: q,
+                    interleave: *interleave,
+                    requantize: true,
+                }
+            } else {
+                Action::Source
+            }
+        }
+    })
+}
+
+/// Human-readable size.
+pub fn human_bytes(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+fn kind_name(k: &SourceKind) -> String {
+    match k {
+        SourceKind::Gguf { version, alignment } => {
+            format!("GGUF v{version}, alignment {alignment}")
+        }
+        SourceKind::Safetensors => "safetensors".into(),
+        SourceKind::HfFolder => "Hugging Face folder".into(),
+    }
+}
+
+/// The plan as printed before a conversion starts.
+pub fn describe(cat: &Catalogue, plan: &Plan, opts: &Options, out: &Path) -> String {
+    let mut s = format!(
+        "convert {}: {} ({}{}, {} tensors, {}) -> {}\n  torch dtype: {}   threads: {}   tied embeddings: {}\n  plan:\n",
+        env!("CARGO_PKG_VERSION"),
+        cat.root.display(),
+        kind_name(&cat.kind),
+        cat.architecture.as_deref().map(|a| format!(", {a}")).unwrap_or_default(),
+        cat.tensors.len(),
+        human_bytes(cat.total_bytes()),
+        out.display(),
+        opts.dtype,
+        opts.threads,
+        if cat.tied_embeddings { "yes" } else { "no" },
+    );
+    let mut groups: BTreeMap<String, BTreeMap<&str, (usize, u64)>> = BTreeMap::new();
+    for j in &plan.jobs {
+        let e = groups
+            .entry(j.action.describe())
+            .or_default()
+            .entry(j.tensor.role.as_str())
+            .or_default();
+        e.0 += 1;
+        e.1 += j.tensor.n_bytes;
+    }
+    for (action, roles) in groups {
+        let n: usize = roles.values().map(|v| v.0).sum();
+        let b: u64 = roles.values().map(|v| v.1).sum();
+        let detail: Vec<String> = roles.iter().map(|(r, (c, _))| format!("{r} {c}")).collect();
+        s += &format!(
+            "    {n:>5} tensors  {:>10}  {action}  ({})\n",
+            human_bytes(b),
+            detail.join(", ")
+        );
+    }
+    for (name, why) in &cat.skipped_files {
+        s += &format!("    skipped {name}: {why}\n");
+    }
+    s
+}

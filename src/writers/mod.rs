@@ -1,0 +1,67 @@
+//! One writer per output layout. Each takes a [`Job`] and the shared
+//! [`Ctx`], writes one file into the staging folder and returns its
+//! manifest entry.
+
+mod panels;
+mod plain;
+pub mod sidecar;
+
+use anyhow::Result;
+use model_sources::Catalogue;
+
+use crate::manifest::Entry;
+use crate::options::Options;
+use crate::outdir::OutputDir;
+use crate::plan::{Action, Job};
+
+/// What every job shares.
+pub struct Ctx<'a> {
+    /// The source.
+    pub cat: &'a Catalogue,
+    /// The options.
+    pub opts: &'a Options,
+    /// Where files go.
+    pub out: &'a OutputDir,
+}
+
+impl Ctx<'_> {
+    /// `tensor 'name' in file` for messages.
+    pub fn at(&self, job: &Job) -> String {
+        format!(
+            "tensor '{}' in {}",
+            job.tensor.name,
+            self.cat.file_of(job.tensor).display()
+        )
+    }
+}
+
+/// Run one job. Tensors that stay in the source get their entry here; the
+/// caller fills in the source file's hash.
+pub fn run(ctx: &Ctx, job: &Job) -> Result<Entry> {
+    let t = job.tensor;
+    match job.action {
+        Action::Plain => plain::write_plain(ctx, job),
+        Action::Raw(ty) => plain::write_raw(ctx, job, ty),
+        Action::Sidecar {
+            ty,
+            interleave,
+            requantize,
+        } => sidecar::write(ctx, job, ty, interleave, requantize),
+        Action::Panels(family) => panels::write(ctx, job, family),
+        Action::Source => {
+            if ctx.opts.dtype == ggml_quants::TorchDtype::Float16 && t.dtype.is_float() {
+                // Nothing is materialized, but the bundle promises the
+                // tensor in the requested dtype: check that it fits.
+                crate::materialize::values(ctx.cat, t, ctx.opts.dtype, |_| Ok(()))?;
+            }
+            Ok(Entry::new(
+                t,
+                None,
+                t.dtype.to_string(),
+                "source",
+                None,
+                Some(serde_json::json!({ "offset": t.offset })),
+            ))
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! CQ4 packed-panel files.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+
+use super::Ctx;
+use crate::manifest::Entry;
+use crate::materialize;
+use crate::options::Mode;
+use crate::plan::{family_name, Job};
+
+/// Rows per super-block of the panel layout.
+const SB: usize = weights_file::panel::SUPER_BLOCK;
+
+/// Quantize one tensor and write its `.cq4p.weights` file.
+pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family) -> Result<Entry> {
+    let Mode::Cq4 { bundle, .. } = &ctx.opts.mode else {
+        anyhow::bail!(
+            "{}: CQ4 panels outside --bits 4 (a bug in the plan)",
+            ctx.at(job)
+        );
+    };
+    let t = job.tensor;
+    let (n, k) = (t.shape[0] as usize, t.shape[1] as usize);
+    let enc = bundle.encoder(family, n, k).with_context(|| ctx.at(job))?;
+    let g = enc.geometry();
+    let ng = g.num_groups();
+    let sbb = g.superblock_bytes();
+    // Panels are 1/8 of the f32 tensor; they are kept until the scales blob
+    // (which needs every norm) has been written before them.
+    let mut panels = vec![0u8; g.data_bytes()];
+    let mut norms = vec![0u16; n * ng];
+    materialize::rows(ctx.cat, t, ctx.opts.dtype, SB, |first_row, values| {
+        let rows = values.len() / k;
+        let sb0 = first_row / SB;
+        let nsb = rows.div_ceil(SB);
+        enc.encode_superblocks(
+            first_row,
+            values,
+            &mut panels[sb0 * sbb..(sb0 + nsb) * sbb],
+            &mut norms[first_row * ng..(first_row + rows) * ng],
+        )
+        .with_context(|| ctx.at(job))
+    })?;
+    let header = enc.header();
+    let scales = enc.scales_blob(&norms).with_context(|| ctx.at(job))?;
+    let mut w = ctx.out.create(&job.file)?;
+    w.write_all(&weights_file::write::prefix(&header, &scales)?)?;
+    w.write_all(&panels)?;
+    let done = w.commit()?;
+    Ok(Entry::new(
+        t,
+        Some(&job.file),
+        "CQ4",
+        "cq4_packed_panels",
+        Some(&done),
+        Some(serde_json::json!({
+            "family": family_name(family),
+            "group_size": cq4::GROUP_SIZE,
+            "k_padded": g.k(),
+            "num_groups": ng,
+            "super_blocks": g.sb64(),
+            "seed": bundle.seed(),
+        })),
+    ))
+}
