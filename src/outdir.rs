@@ -163,7 +163,7 @@ pub fn interrupt(sig: i32) -> ! {
         }
         None => format!("interrupted by {}", signal_name(sig)),
     };
-    eprintln!("\rerror: {msg}");
+    eprintln!("error: {msg}");
     std::process::exit(128 + sig)
 }
 

@@ -84,6 +84,11 @@ impl Outcome {
         }
         if let Some(c) = &self.check {
             r.extend(c.problems.iter().cloned());
+            if let Some(a) = c.activation_ratio.filter(|a| a.is_nan() || *a > 1.0) {
+                r.push(format!(
+                    "activations deviate from x by {a:.3e} times the quantizer's rounding bound"
+                ));
+            }
             for i in &c.isas {
                 if let Some(e) = &i.error {
                     r.push(format!("{}: {e}", i.isa));
@@ -91,16 +96,10 @@ impl Outcome {
                     if i.identical_to_scalar == Some(false) {
                         r.push(format!("{} differs from scalar", i.isa));
                     }
-                    if i.stats.finiteness_mismatches > 0 {
+                    if !i.exact.pass() {
                         r.push(format!(
-                            "{}: {} outputs non-finite where the oracle is finite (or vice versa)",
-                            i.isa, i.stats.finiteness_mismatches
-                        ));
-                    }
-                    if i.stats.rel_l2 > i.bound {
-                        r.push(format!(
-                            "{}: relative L2 error {:.3e} > bound {:.1e}",
-                            i.isa, i.stats.rel_l2, i.bound
+                            "{}: {} rows off the exact reference by more than the f32 rounding bound (worst: row {}, {:.3e} times the bound)",
+                            i.isa, i.exact.failing_rows, i.exact.worst_row, i.exact.worst_ratio
                         ));
                     }
                 }
@@ -340,7 +339,11 @@ fn table_report(isas: &[Isa], outcomes: &[Outcome]) -> String {
                 "-".into(),
                 "-".into(),
                 "-".into(),
-                format!("FAIL: {}", c.problems.join("; ")),
+                if c.problems.is_empty() && o.pass() {
+                    "pass (no matrix: container checked)".into()
+                } else {
+                    format!("FAIL: {}", c.problems.join("; "))
+                },
             ]);
         }
         for i in &c.isas {
@@ -358,9 +361,9 @@ fn table_report(isas: &[Isa], outcomes: &[Outcome]) -> String {
                 shape.clone(),
                 o.hash.as_str().into(),
                 i.isa.name().into(),
-                fmt_e(i.stats.rel_l2),
-                fmt_e(i.stats.max_abs),
-                format!("{:.1e}", i.bound),
+                fmt_e(i.exact.worst_ratio),
+                fmt_e(i.e2e.rel_l2),
+                c.activation_ratio.map_or("-".into(), fmt_e),
                 result,
             ]);
         }
@@ -379,7 +382,15 @@ fn table_report(isas: &[Isa], outcomes: &[Outcome]) -> String {
         }
     }
     let header = [
-        "file", "kind", "shape", "sha256", "isa", "rel_l2", "max_abs", "bound", "result",
+        "file",
+        "kind",
+        "shape",
+        "sha256",
+        "isa",
+        "exact",
+        "e2e_rel_l2",
+        "act",
+        "result",
     ];
     let mut w = header.map(str::len);
     for r in &rows {
@@ -444,12 +455,15 @@ fn json_report(path: &Path, bundle: bool, isas: &[Isa], outcomes: &[Outcome]) ->
                 "kind": c.map(|c| c.kind.clone()),
                 "shape": c.map(|c| vec![c.shape.0, c.shape.1]),
                 "problems": c.map(|c| c.problems.clone()).unwrap_or_default(),
+                "activation_ratio": c.and_then(|c| c.activation_ratio).map(num),
                 "error": o.io_error,
                 "results": c.map(|c| c.isas.iter().map(|i| serde_json::json!({
                     "isa": i.isa.name(),
-                    "rel_l2": num(i.stats.rel_l2),
-                    "max_abs": num(i.stats.max_abs),
-                    "bound": i.bound,
+                    "exact_worst_ratio": num(i.exact.worst_ratio),
+                    "exact_worst_row": i.exact.worst_row,
+                    "exact_failing_rows": i.exact.failing_rows,
+                    "e2e_rel_l2": num(i.e2e.rel_l2),
+                    "e2e_max_abs": num(i.e2e.max_abs),
                     "identical_to_scalar": i.identical_to_scalar,
                     "error": i.error,
                     "pass": i.pass(),

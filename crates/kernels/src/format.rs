@@ -47,6 +47,15 @@ pub trait GgmlFormat: Copy + Send + Sync + 'static {
     fn block_ints(w: &[u8], a: &Self::Act) -> (i32, i32);
     /// The f32 contribution of one block (see the module table).
     fn block_contrib(w: &[u8], a: &Self::Act) -> f32;
+    /// The two products of the contribution before the kernel rounds them,
+    /// in f64: `(S * d * d_a, M * dmin * d_a)` (see the module table). Their
+    /// magnitudes bound the kernel's rounding error ([`crate::reference`]).
+    fn block_terms(w: &[u8], a: &Self::Act) -> (f64, f64);
+    /// Value of activation `i` of a block (`d_a * q_i`, exact in f64).
+    fn act_value(a: &Self::Act, i: usize) -> f64;
+    /// The largest `|d_a * q_i - x_i|` the activation quantizer can leave
+    /// (round to nearest, plus the rounding of its scale).
+    fn act_tolerance(a: &Self::Act) -> f64;
     /// This format's group kernel in a tier's table.
     fn kernel(k: &Kernels) -> GroupFn<Self::Act>;
 }
@@ -66,6 +75,26 @@ pub struct Q5K;
 /// Marker: Q6_K weights.
 #[derive(Debug, Clone, Copy)]
 pub struct Q6K;
+
+/// Unit roundoff of f32.
+const U32: f64 = 1.0 / (1u64 << 24) as f64;
+
+/// ggml's Q8_0 activation quantizer: `d = amax / 127` (f32), `q =
+/// round(x * (1 / d))`, `d` stored as fp16. `|q - x / d| <= 0.5 + 255u`
+/// (two f32 roundings of a value below 128), and `|fp16(d) - d|` is at most
+/// `2^-11 |d|` (normal) or `2^-25` (subnormal), times `|q| <= 127.5`.
+fn q8_0_act_tolerance(a: &ActQ8_0) -> f64 {
+    let d = f64::from(a.d).abs();
+    let d_err = (d * (1.0 / 2048.0)).max(1.0 / (1u64 << 25) as f64) * 1.0005;
+    (d + d_err) * (0.5 + 255.0 * U32) + 127.5 * d_err
+}
+
+/// ggml's Q8_K activation quantizer: `iscale = -127 / max`, `q =
+/// nearest_int(iscale * x)`, `d = 1 / iscale` (all f32): `|q - x iscale| <=
+/// 0.5 + 127u` and `|d iscale - 1| <= u` with `|x| <= 127 |d| (1 + u)`.
+fn q8_k_act_tolerance(a: &BlockQ8K) -> f64 {
+    f64::from(a.d).abs() * (0.5 + 260.0 * U32)
+}
 
 fn view<'a, T>(w: &'a [u8], f: impl FnOnce(&'a [u8]) -> Option<T>) -> T {
     // Callers (RowGroup::block) always pass whole blocks.
@@ -97,6 +126,20 @@ impl GgmlFormat for Q8_0 {
         s as f32 * (d * a.d)
     }
 
+    fn block_terms(w: &[u8], a: &ActQ8_0) -> (f64, f64) {
+        let (s, _) = Self::block_ints(w, a);
+        let d = view(w, Q8_0View::new).d();
+        (f64::from(s) * f64::from(d) * f64::from(a.d), 0.0)
+    }
+
+    fn act_value(a: &ActQ8_0, i: usize) -> f64 {
+        f64::from(a.d) * f64::from(a.qs[i])
+    }
+
+    fn act_tolerance(a: &ActQ8_0) -> f64 {
+        q8_0_act_tolerance(a)
+    }
+
     fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
         k.q8_0
     }
@@ -125,6 +168,20 @@ impl GgmlFormat for Q5_0 {
         let (s, _) = Self::block_ints(w, a);
         let d = view(w, Q5_0View::new).d();
         s as f32 * (d * a.d)
+    }
+
+    fn block_terms(w: &[u8], a: &ActQ8_0) -> (f64, f64) {
+        let (s, _) = Self::block_ints(w, a);
+        let d = view(w, Q5_0View::new).d();
+        (f64::from(s) * f64::from(d) * f64::from(a.d), 0.0)
+    }
+
+    fn act_value(a: &ActQ8_0, i: usize) -> f64 {
+        f64::from(a.d) * f64::from(a.qs[i])
+    }
+
+    fn act_tolerance(a: &ActQ8_0) -> f64 {
+        q8_0_act_tolerance(a)
     }
 
     fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
@@ -163,6 +220,24 @@ impl GgmlFormat for Q4K {
         s as f32 * (v.d() * a.d) - m as f32 * (v.dmin() * a.d)
     }
 
+    fn block_terms(w: &[u8], a: &BlockQ8K) -> (f64, f64) {
+        let (s, m) = Self::block_ints(w, a);
+        let v = view(w, Q4KView::new);
+        let da = f64::from(a.d);
+        (
+            f64::from(s) * f64::from(v.d()) * da,
+            f64::from(m) * f64::from(v.dmin()) * da,
+        )
+    }
+
+    fn act_value(a: &BlockQ8K, i: usize) -> f64 {
+        f64::from(a.d) * f64::from(a.qs[i])
+    }
+
+    fn act_tolerance(a: &BlockQ8K) -> f64 {
+        q8_k_act_tolerance(a)
+    }
+
     fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
         k.q4_k
     }
@@ -199,6 +274,24 @@ impl GgmlFormat for Q5K {
         s as f32 * (v.d() * a.d) - m as f32 * (v.dmin() * a.d)
     }
 
+    fn block_terms(w: &[u8], a: &BlockQ8K) -> (f64, f64) {
+        let (s, m) = Self::block_ints(w, a);
+        let v = view(w, Q5KView::new);
+        let da = f64::from(a.d);
+        (
+            f64::from(s) * f64::from(v.d()) * da,
+            f64::from(m) * f64::from(v.dmin()) * da,
+        )
+    }
+
+    fn act_value(a: &BlockQ8K, i: usize) -> f64 {
+        f64::from(a.d) * f64::from(a.qs[i])
+    }
+
+    fn act_tolerance(a: &BlockQ8K) -> f64 {
+        q8_k_act_tolerance(a)
+    }
+
     fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
         k.q5_k
     }
@@ -231,6 +324,20 @@ impl GgmlFormat for Q6K {
         let (s, _) = Self::block_ints(w, a);
         let d = view(w, Q6KView::new).d();
         s as f32 * (d * a.d)
+    }
+
+    fn block_terms(w: &[u8], a: &BlockQ8K) -> (f64, f64) {
+        let (s, _) = Self::block_ints(w, a);
+        let d = view(w, Q6KView::new).d();
+        (f64::from(s) * f64::from(d) * f64::from(a.d), 0.0)
+    }
+
+    fn act_value(a: &BlockQ8K, i: usize) -> f64 {
+        f64::from(a.d) * f64::from(a.qs[i])
+    }
+
+    fn act_tolerance(a: &BlockQ8K) -> f64 {
+        q8_k_act_tolerance(a)
     }
 
     fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {

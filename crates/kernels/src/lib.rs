@@ -37,6 +37,7 @@ pub mod format;
 pub mod ggml;
 pub mod oracle;
 pub mod panel;
+pub mod reference;
 pub mod scalar;
 mod workspace;
 #[cfg(target_arch = "x86_64")]

@@ -372,9 +372,66 @@ impl<'a> PanelMatrix<'a> {
         self.codebook[i as usize & 15]
     }
 
+    /// The rotated activations of [`PanelMatrix::rotate`] computed in f64
+    /// (`x * recip`, then the rotation, no rounding but f64's), with a
+    /// proven bound of `|z_f32 - z_f64|` per element for the f32 arithmetic
+    /// the kernels use ([`crate::reference`]): Hadamard `g(12) sum_i |x_i
+    /// r_i| / sqrt(128)` over the group (one product, the 7 butterfly levels,
+    /// the sign, the rounded square root and the division); orthogonal
+    /// `g(Kp + 2) sum_k |x_k r_k R_kj|` (sequential f32 sum).
+    pub fn rotated_exact(&self, x: &[f32]) -> (Vec<f64>, Vec<f64>) {
+        use crate::reference::gamma;
+        const TINY: f64 = 1.401_298_464_324_817e-45;
+        let kp = self.kp;
+        let xr: Vec<f64> = x
+            .iter()
+            .zip(&self.recip)
+            .map(|(&v, &r)| f64::from(v) * f64::from(r))
+            .collect();
+        let mut z = vec![0f64; kp];
+        let mut bound = vec![0f64; kp];
+        match &self.rotation {
+            Rotation::Orthogonal { r } => {
+                let mut mag = vec![0f64; kp];
+                for (row, &a) in r.chunks_exact(2 * kp).zip(&xr) {
+                    for ((zj, mj), h) in z.iter_mut().zip(mag.iter_mut()).zip(row.chunks_exact(2)) {
+                        let p = f64::from(f16_bits_to_f32(u16::from_le_bytes([h[0], h[1]]))) * a;
+                        *zj += p;
+                        *mj += p.abs();
+                    }
+                }
+                let g = gamma(kp + 2);
+                for (b, m) in bound.iter_mut().zip(&mag) {
+                    *b = g * m + (2 * kp + 2) as f64 * TINY;
+                }
+            }
+            Rotation::Hadamard { left, right, perm } => {
+                let s128 = (GROUP as f64).sqrt();
+                let g = gamma(12);
+                for ((xg, zg), bg) in xr
+                    .chunks_exact(GROUP)
+                    .zip(z.chunks_exact_mut(GROUP))
+                    .zip(bound.chunks_exact_mut(GROUP))
+                {
+                    let mut u = [0f64; GROUP];
+                    for i in 0..GROUP {
+                        u[i] = f64::from(left[i]) * xg[i];
+                    }
+                    cq4::hadamard::fwht128(&mut u);
+                    let mag: f64 = xg.iter().map(|v| v.abs()).sum();
+                    for ((zj, bj), &p) in zg.iter_mut().zip(bg.iter_mut()).zip(perm.iter()) {
+                        *zj = f64::from(right[p]) * u[p] / s128;
+                        *bj = g * mag / s128 + 20.0 * TINY;
+                    }
+                }
+            }
+        }
+        (z, bound)
+    }
+
     /// f64 rotated activations of the factored oracle
     /// ([`crate::oracle::panel_oracle_factored`]).
-    pub(crate) fn factored_activations(&self, x: &[f32]) -> Vec<f64> {
+    pub fn factored_activations(&self, x: &[f32]) -> Vec<f64> {
         let kp = self.kp;
         let xs: Vec<f64> = x
             .iter()
