@@ -129,11 +129,9 @@ fn panel_details(h: &weights_file::Header, scales_offset: u64) -> Result<serde_j
         h.group_size as usize,
     )
     .map_err(|e| bad_input(format!("impossible panel geometry: {e}")))?;
-    let family = if h.flags & flags::ORTHOGONAL_ROTATION != 0 {
-        RotationFamily::Orthogonal
-    } else {
-        RotationFamily::Hadamard
-    };
+    let family = h
+        .rotation_family()
+        .ok_or_else(|| bad_input("not a CQ4 packed-panel file"))?;
     let sl = g.scales_layout(family);
     let at = |r: weights_file::panel::Region| serde_json::json!({ "offset": scales_offset + r.offset as u64, "bytes": r.len });
     let mut scales = serde_json::json!({
@@ -171,23 +169,14 @@ pub fn describe_file_json(name: &str, bytes: &[u8]) -> Result<serde_json::Value>
         WeightsFile::parse(bytes).with_context(|| format!("{name}: not a valid .weights file"))?;
     let h = f.header();
     let l = f.layout;
-    let precision = match h.precision() {
-        Some(weights_file::Precision::Ggml(id)) => {
-            ggml_quants::GgmlType::from_id(id).map_or(format!("GGML({id})"), |t| t.to_string())
-        }
-        Some(p) => p.name(),
-        None => String::new(),
-    };
+    let precision = h.precision().map(|p| p.name()).unwrap_or_default();
     let mut details = serde_json::Value::Null;
-    if h.precision() == Some(weights_file::Precision::Cq(4)) && h.flags & flags::PACKED_PANELS != 0
-    {
+    if h.rotation_family().is_some() {
         details = panel_details(&h, l.scales_offset)?;
     }
-    if let Some(weights_file::Precision::Ggml(id)) = h.precision() {
-        if let Some(ty) = ggml_quants::GgmlType::from_id(id) {
-            let factor = h.interleave().map_or(1, |i| i.factor());
-            details = crate::writers::sidecar::details(ty, factor, h.dims[0], h.dims[1]);
-        }
+    if let Some(ty) = h.precision().and_then(|p| p.ggml_type()) {
+        let factor = h.interleave().map_or(1, |i| i.factor());
+        details = crate::writers::sidecar::details(ty, factor, h.dims[0], h.dims[1]);
     }
     Ok(serde_json::json!({
         "file": name,
@@ -198,7 +187,7 @@ pub fn describe_file_json(name: &str, bytes: &[u8]) -> Result<serde_json::Value>
             "flag_names": flags::names(h.flags),
             "alignment": h.alignment,
             "ndim": h.ndim,
-            "dims": &h.dims[..if h.flags & flags::EXTENDED_SHAPE != 0 { 8 } else { 4 }],
+            "dims": h.stored_dims(),
             "precision": h.precision,
             "precision_name": precision,
             "data_bytes": h.data_bytes,

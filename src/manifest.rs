@@ -3,6 +3,18 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The manifest's file name in a bundle.
+pub const MANIFEST: &str = "manifest.json";
+
+/// What a finished file was.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// Its length.
+    pub bytes: u64,
+    /// Lower-case hex sha256.
+    pub sha256: String,
+}
+
 /// Value of the `format` field.
 pub const FORMAT: &str = "convert-bundle";
 /// Bumped on incompatible manifest changes.
@@ -127,7 +139,7 @@ impl Entry {
         file: Option<&str>,
         precision: impl Into<String>,
         layout: impl Into<String>,
-        written: Option<&crate::outdir::Written>,
+        written: Option<&Written>,
         details: Option<serde_json::Value>,
     ) -> Self {
         Entry {
@@ -154,7 +166,7 @@ impl Manifest {
             .iter()
             .filter_map(|e| e.file.clone())
             .chain(self.extra_files.iter().map(|x| x.file.clone()))
-            .chain([crate::outdir::MANIFEST.to_string()])
+            .chain([MANIFEST.to_string()])
     }
 
     /// Pretty JSON with a trailing newline.

@@ -32,8 +32,8 @@ use weights_file::AtomicFile;
 use crate::failure::{bad_input, signal_name};
 use crate::manifest::Manifest;
 
-/// Names `convert` itself writes besides tensor files.
-pub const MANIFEST: &str = "manifest.json";
+pub use crate::manifest::{Written, MANIFEST};
+
 /// GGUF key/values of the source.
 pub const GGUF_METADATA: &str = "gguf_metadata.json";
 /// Marker file inside a staging folder (so only ours are ever removed).
@@ -401,15 +401,6 @@ pub struct HashedFile {
     shown: PathBuf,
     hasher: Sha256,
     bytes: u64,
-}
-
-/// What a finished file was.
-#[derive(Debug, Clone)]
-pub struct Written {
-    /// Its length.
-    pub bytes: u64,
-    /// Lower-case hex sha256.
-    pub sha256: String,
 }
 
 impl HashedFile {

@@ -18,9 +18,9 @@ use crate::outdir::{self, NameAllocator};
 /// few hundred thousand values.
 pub const MAX_ROW_VALUES: u64 = 1 << 26;
 
-/// What happens to one tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+/// What happens to one tensor (with the data its writer needs).
+#[derive(Debug, Clone, Copy)]
+pub enum Action<'o> {
     /// Plain row-major FP16 (FP32 when a value does not fit fp16).
     Plain,
     /// Raw elements copied as they are (integers, bool, f64, fp8, ...).
@@ -37,8 +37,13 @@ pub enum Action {
     },
     /// Stays in the source file; only listed in the manifest.
     Source,
-    /// CQ4 packed panels of the given rotation family.
-    Panels(cq4::Family),
+    /// CQ4 packed panels of `family`, with the bundle's rotations.
+    Panels {
+        /// The rotation family.
+        family: cq4::Family,
+        /// Seed, codebooks and rotations shared by the bundle.
+        bundle: &'o cq4::Bundle,
+    },
 }
 
 /// "hadamard" or "orthogonal".
@@ -49,7 +54,7 @@ pub fn family_name(f: cq4::Family) -> &'static str {
     }
 }
 
-impl Action {
+impl Action<'_> {
     /// One line for the plan.
     pub fn describe(self) -> String {
         match self {
@@ -69,7 +74,9 @@ impl Action {
                 }
             ),
             Action::Source => "stays in the source file".into(),
-            Action::Panels(f) => format!("CQ4 packed panels, {} rotation", family_name(f)),
+            Action::Panels { family, .. } => {
+                format!("CQ4 packed panels, {} rotation", family_name(family))
+            }
         }
     }
 
@@ -83,13 +90,13 @@ impl Action {
                 interleave.factor()
             ),
             Action::Source => String::new(),
-            Action::Panels(_) => ".cq4p.weights".into(),
+            Action::Panels { .. } => ".cq4p.weights".into(),
         }
     }
 
     /// False for tensors that stay in the source.
     pub fn writes_file(self) -> bool {
-        self != Action::Source
+        !matches!(self, Action::Source)
     }
 }
 
@@ -99,7 +106,7 @@ pub struct Job<'c> {
     /// The tensor.
     pub tensor: &'c Tensor,
     /// What happens to it.
-    pub action: Action,
+    pub action: Action<'c>,
     /// Its file in the bundle (empty when it stays in the source).
     pub file: String,
 }
@@ -144,7 +151,7 @@ pub fn has_sidecar(t: GgmlType) -> bool {
 }
 
 /// Decide what happens to every tensor and name its file.
-pub fn plan<'c>(cat: &'c Catalogue, opts: &Options) -> Result<Plan<'c>> {
+pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
     let mut names = NameAllocator::default();
     names.reserve(outdir::MANIFEST);
     let mut extra = Vec::new();
@@ -192,7 +199,7 @@ fn at(cat: &Catalogue, t: &Tensor) -> String {
 /// Zero-sized tensors are bad input in every mode, and so are rows too long
 /// to process for the actions that work on whole rows (checked before any
 /// file is written).
-fn check_size(cat: &Catalogue, t: &Tensor, action: Action) -> Result<()> {
+fn check_size(cat: &Catalogue, t: &Tensor, action: Action<'_>) -> Result<()> {
     if t.n_elements() == 0 {
         return Err(bad_input(format!(
             "{}: shape {:?} has no elements; convert does not write zero-sized tensors",
@@ -200,7 +207,7 @@ fn check_size(cat: &Catalogue, t: &Tensor, action: Action) -> Result<()> {
             t.shape
         )));
     }
-    let by_rows = matches!(action, Action::Sidecar { .. } | Action::Panels(_));
+    let by_rows = matches!(action, Action::Sidecar { .. } | Action::Panels { .. });
     if by_rows && t.ncols() > MAX_ROW_VALUES {
         return Err(bad_input(format!(
             "{}: rows of {} values are longer than the {MAX_ROW_VALUES} convert processes",
@@ -224,14 +231,14 @@ fn decodable(cat: &Catalogue, t: &Tensor, ty: GgmlType) -> Result<()> {
 }
 
 /// Plain, or raw for a raw type.
-fn plain_or_raw(cat: &Catalogue, t: &Tensor) -> Result<Action> {
+fn plain_or_raw(cat: &Catalogue, t: &Tensor) -> Result<Action<'static>> {
     match t.dtype {
         Dtype::Raw(r) => Ok(Action::Raw(r)),
         Dtype::Ggml(g) => decodable(cat, t, g).map(|()| Action::Plain),
     }
 }
 
-fn action_for(cat: &Catalogue, t: &Tensor, opts: &Options) -> Result<Action> {
+fn action_for<'o>(cat: &Catalogue, t: &Tensor, opts: &'o Options) -> Result<Action<'o>> {
     let matrix = t.shape.len() == 2;
     let sidecar_type = t.dtype.ggml().filter(|g| matrix && has_sidecar(*g));
     Ok(match &opts.mode {
@@ -239,7 +246,7 @@ fn action_for(cat: &Catalogue, t: &Tensor, opts: &Options) -> Result<Action> {
         Mode::Cq4 {
             keep_quant,
             interleave,
-            ..
+            bundle,
         } => match (sidecar_type.filter(|_| *keep_quant), t.dtype) {
             (Some(ty), _) => Action::Sidecar {
                 ty,
@@ -248,11 +255,12 @@ fn action_for(cat: &Catalogue, t: &Tensor, opts: &Options) -> Result<Action> {
             },
             (None, Dtype::Ggml(g)) if matrix && t.role.is_matrix() => {
                 decodable(cat, t, g)?;
-                if matches!(t.role, Role::TokenEmbedding | Role::Output) {
-                    Action::Panels(cq4::Family::Orthogonal)
+                let family = if matches!(t.role, Role::TokenEmbedding | Role::Output) {
+                    cq4::Family::Orthogonal
                 } else {
-                    Action::Panels(cq4::Family::Hadamard)
-                }
+                    cq4::Family::Hadamard
+                };
+                Action::Panels { family, bundle }
             }
             _ => plain_or_raw(cat, t)?,
         },

@@ -4,8 +4,8 @@
 //! and extra files) is hashed and compared with the manifest's sha256
 //! (unless `--no-hash`); each tensor file is then parsed, validated and its
 //! GEMV run on every requested ISA with the fixed seeded Gaussian
-//! activations of [`kernels::check::activations`] (seed
-//! [`kernels::check::SEED`]), compared with the dequantize-then-f64 oracle
+//! activations of [`kernel_check::check::activations`] (seed
+//! [`kernel_check::check::SEED`]), compared with the dequantize-then-f64 oracle
 //! and with the scalar tier bit for bit (`kernels::check`). For a single
 //! `.weights` file there is no hash to check.
 //!
@@ -16,8 +16,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
+use kernel_check::check::{check_container, FileCheck};
 use kernels::aligned::AlignedBytes;
-use kernels::check::{check_container, FileCheck};
 use kernels::Isa;
 
 use crate::cli::{IsaArg, VerifyArgs};
@@ -482,7 +482,7 @@ fn json_report(path: &Path, bundle: bool, isas: &[Isa], outcomes: &[Outcome]) ->
         "path": path.display().to_string(),
         "bundle": bundle,
         "isas": isas.iter().map(|i| i.name()).collect::<Vec<_>>(),
-        "activation_seed": format!("{:#018x}", kernels::check::SEED),
+        "activation_seed": format!("{:#018x}", kernel_check::check::SEED),
         "files": files,
         "pass": outcomes.iter().all(Outcome::pass),
     });

@@ -12,11 +12,7 @@ use model_sources::Catalogue;
 use weights_file::{flags, WeightsFile};
 
 fn family_of(h: &weights_file::Header) -> cq4::Family {
-    if h.flags & flags::ORTHOGONAL_ROTATION != 0 {
-        cq4::Family::Orthogonal
-    } else {
-        cq4::Family::Hadamard
-    }
+    h.rotation_family().expect("a CQ4 packed-panel file")
 }
 
 fn run(model: &str, out: &Path, extra: &[&str]) {

@@ -251,11 +251,7 @@ fn cq4_regions(path: &Path) -> (usize, weights_file::panel::ScalesLayout, usize)
     let b = std::fs::read(path).unwrap();
     let f = WeightsFile::parse(&b).unwrap();
     let h = f.header();
-    let fam = if h.flags & weights_file::flags::ORTHOGONAL_ROTATION != 0 {
-        cq4::Family::Orthogonal
-    } else {
-        cq4::Family::Hadamard
-    };
+    let fam = h.rotation_family().expect("a CQ4 packed-panel file");
     let g = weights_file::panel::PanelGeometry::new(h.dims[0] as usize, h.dims[1] as usize, 128)
         .unwrap();
     (

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use common::{convert, fixture, folder_contents, gguf_bytes, manifest, stderr, TInfo};
 use model_sources::Catalogue;
-use weights_file::{flags, interleave, WeightsFile};
+use weights_file::{interleave, WeightsFile};
 
 /// Unpack every sidecar of `out` and compare with `reference`'s tensor of
 /// the same name (or `rename(name)`); returns how many were compared.
@@ -22,11 +22,7 @@ fn unpack_and_compare(out: &Path, reference: &Catalogue, rename: impl Fn(&str) -
         let bytes = std::fs::read(out.join(file)).unwrap();
         let f = WeightsFile::parse(&bytes).unwrap();
         let h = f.header();
-        let factor = if h.flags & flags::ROW_INTERLEAVE_4 != 0 {
-            4
-        } else {
-            8
-        };
+        let factor = h.interleave().expect("a sidecar").factor();
         assert_eq!(f.layout.data_offset % 64, 0, "{file}: data aligned to 64");
         let name = rename(e["tensor"].as_str().unwrap());
         let t = reference

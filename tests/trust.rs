@@ -741,14 +741,14 @@ fn every_header_bit_flip_is_caught_without_the_hash() {
     for (key, path) in &files {
         let good = std::fs::read(path).unwrap();
         assert!(
-            kernels::check::check_container(&good, &isas).pass(),
+            kernel_check::check::check_container(&good, &isas).pass(),
             "{key}"
         );
         for byte in 0..84 {
             for bit in 0..8 {
                 let mut b = good.clone();
                 b[byte] ^= 1 << bit;
-                let c = kernels::check::check_container(&b, &isas);
+                let c = kernel_check::check::check_container(&b, &isas);
                 assert!(
                     !c.pass(),
                     "{key} ({}): flipping bit {bit} of header byte {byte} passed verification",

@@ -47,7 +47,7 @@ pub fn run(ctx: &Ctx, job: &Job) -> Result<Entry> {
             interleave,
             requantize,
         } => sidecar::write(ctx, job, ty, interleave, requantize),
-        Action::Panels(family) => panels::write(ctx, job, family),
+        Action::Panels { family, bundle } => panels::write(ctx, job, family, bundle),
         Action::Source => {
             if ctx.opts.dtype == ggml_quants::TorchDtype::Float16 && t.dtype.is_float() {
                 // Nothing is materialized, but the bundle promises the

@@ -7,20 +7,13 @@ use anyhow::{Context, Result};
 use super::Ctx;
 use crate::manifest::Entry;
 use crate::materialize;
-use crate::options::Mode;
 use crate::plan::{family_name, Job};
 
 /// Rows per super-block of the panel layout.
 const SB: usize = weights_file::panel::SUPER_BLOCK;
 
 /// Quantize one tensor and write its `.cq4p.weights` file.
-pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family) -> Result<Entry> {
-    let Mode::Cq4 { bundle, .. } = &ctx.opts.mode else {
-        anyhow::bail!(
-            "{}: CQ4 panels outside --bits 4 (a bug in the plan)",
-            ctx.at(job)
-        );
-    };
+pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) -> Result<Entry> {
     let t = job.tensor;
     let (n, k) = (t.shape[0] as usize, t.shape[1] as usize);
     let enc = bundle.encoder(family, n, k).with_context(|| ctx.at(job))?;

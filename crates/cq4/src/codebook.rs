@@ -28,8 +28,8 @@
 //! 6. The canonical codebook is `fp16_rne(c_q)` for q = 0..16 (ascending,
 //!    index 0 most negative); everything downstream uses these fp16 values.
 
-use crate::fp16::{f16_bits_to_f64, f64_to_f16_bits};
-use crate::Cq4Error;
+use crate::error::Cq4Error;
+use weights_file::fp16::{f16_bits_to_f64, f64_to_f16_bits};
 
 /// Grid half-width: the grid has `2 * GRID_HALF + 1` points.
 pub const GRID_HALF: usize = 100_000;
@@ -218,25 +218,7 @@ pub fn index_bsearch(padded: &[f64; LEVELS + 1], x: f64) -> usize {
     idx
 }
 
-/// `round_half_away_from_zero(v / cb_scale)` for each stored codebook value,
-/// computed in f32 (the int8 codebook the kernels use). Values outside the
-/// i8 range saturate.
-pub fn codebook_i8(stored: &[f32; LEVELS], cb_scale: f32) -> [i8; LEVELS] {
-    let mut out = [0i8; LEVELS];
-    for (o, &v) in out.iter_mut().zip(stored) {
-        *o = (v / cb_scale).round().clamp(-128.0, 127.0) as i8;
-    }
-    out
-}
-
-/// `cb_scale = max(max_i |stored_i| / 127, 1e-10)` in f32.
-pub fn cb_scale_of(stored: &[f32; LEVELS]) -> f32 {
-    let mut mx = 0.0f32;
-    for &v in stored {
-        mx = mx.max(v.abs());
-    }
-    (mx / 127.0).max(1e-10)
-}
+pub use weights_file::panel::{cb_scale_of, codebook_i8};
 
 #[cfg(test)]
 mod tests {
@@ -281,7 +263,7 @@ mod tests {
         let cb_factor = max / 127.0;
         let mut stored = [0f32; LEVELS];
         for (s, &v) in stored.iter_mut().zip(&cb.values) {
-            *s = crate::fp16::f16_bits_to_f32(f64_to_f16_bits(v / cb_factor));
+            *s = weights_file::fp16::f16_bits_to_f32(f64_to_f16_bits(v / cb_factor));
         }
         let scale = cb_scale_of(&stored);
         assert_eq!(scale, 1.0);

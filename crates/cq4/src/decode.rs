@@ -13,14 +13,15 @@
 
 use std::sync::Arc;
 
-use weights_file::panel::{PanelGeometry, RotationRegions, SUPER_BLOCK};
+use weights_file::panel::{PanelGeometry, SUPER_BLOCK};
+use weights_file::PanelView;
 
-use crate::codebook::{cb_scale_of, codebook_i8, LEVELS};
-use crate::encode::sqrt128;
-use crate::fp16::{f16_bits_to_f32, f16_bits_to_f64};
-use crate::hadamard::{fwht128, HadamardRotation, HADAMARD_N};
+use crate::codebook::LEVELS;
+use crate::error::Cq4Error;
+use crate::hadamard::{fwht128, sqrt128, HadamardRotation, HADAMARD_N};
 use crate::orthogonal::OrthogonalRotation;
-use crate::{Cq4Error, Family, GROUP_SIZE};
+use weights_file::fp16::{f16_bits_to_f32, f16_bits_to_f64};
+use weights_file::panel::RotationFamily as Family;
 
 /// Where the decoder finds R^T (as exact f32 values, row-major `[j][k]`).
 pub(crate) enum RtSource {
@@ -143,15 +144,12 @@ fn decode_row(dec: &Decoder, sb: &[u8], c: usize, norms: &[u16], out: &mut [f32]
     }
 }
 
-/// A validated, borrowed view of one packed-panel CQ4 tensor: its scales blob
-/// and data region (as found at the header's offsets).
+/// A validated, borrowed view of one packed-panel CQ4 tensor (the
+/// container's [`PanelView`]) with what dequantization needs decoded.
 pub struct PanelTensorView<'a> {
-    scales: &'a [u8],
-    data: &'a [u8],
+    view: PanelView<'a>,
     norms: Vec<u16>,
     dec: Decoder,
-    cb_bits: [u16; LEVELS],
-    cb_scale: f32,
 }
 
 impl std::fmt::Debug for PanelTensorView<'_> {
@@ -159,26 +157,15 @@ impl std::fmt::Debug for PanelTensorView<'_> {
         f.debug_struct("PanelTensorView")
             .field("family", &self.dec.family)
             .field("geometry", &self.dec.geometry)
-            .field("cb_scale", &self.cb_scale)
-            .field("scales_bytes", &self.scales.len())
-            .field("data_bytes", &self.data.len())
+            .field("cb_scale", &self.view.cb_scale())
             .finish_non_exhaustive()
     }
 }
 
-fn u16_at(b: &[u8], i: usize) -> u16 {
-    u16::from_le_bytes([b[2 * i], b[2 * i + 1]])
-}
-
 impl<'a> PanelTensorView<'a> {
-    /// Parse and validate. `n` is the header's `dims[0]` (= original_N), `kp`
-    /// its `dims[1]`; group size is 128 for both families. Checks: region
-    /// lengths; finite codebook; finite non-zero input scales and
-    /// `recip = fp16(min(1 / max(s, 1e-8), 65504))`; finite stored norms;
-    /// folded norms equal `f32(norm) * cb_scale` (0 for padded channels);
-    /// padded channels' nibbles are 0; Hadamard signs are +-1 and `perm` a
-    /// permutation; orthogonal R^T is the exact transpose of R, all finite,
-    /// and each row's norm is repeated across its virtual groups.
+    /// Parse and validate (all checks are [`PanelView::parse`]'s). `n` is
+    /// the header's `dims[0]` (= original_N), `kp` its `dims[1]`; group
+    /// size is 128 for both families.
     pub fn parse(
         family: Family,
         n: usize,
@@ -186,155 +173,50 @@ impl<'a> PanelTensorView<'a> {
         scales: &'a [u8],
         data: &'a [u8],
     ) -> Result<Self, Cq4Error> {
-        let geometry = PanelGeometry::new(n, kp, GROUP_SIZE)?;
-        let layout = geometry.scales_layout(family);
-        if scales.len() != layout.scales_bytes {
-            return Err(Cq4Error::BufferLength {
-                what: "scales blob",
-                expected: layout.scales_bytes,
-                got: scales.len(),
-            });
-        }
-        if data.len() != geometry.data_bytes() {
-            return Err(Cq4Error::BufferLength {
-                what: "data region",
-                expected: geometry.data_bytes(),
-                got: data.len(),
-            });
-        }
-        let cb = &scales[layout.codebook.range()];
-        let mut cb_bits = [0u16; LEVELS];
-        let mut codebook = [0f64; LEVELS];
-        let mut cb32 = [0f32; LEVELS];
-        for i in 0..LEVELS {
-            cb_bits[i] = u16_at(cb, i);
-            codebook[i] = f16_bits_to_f64(cb_bits[i]);
-            cb32[i] = f16_bits_to_f32(cb_bits[i]);
-            if !codebook[i].is_finite() {
-                return Err(Cq4Error::BadBlob("codebook has a non-finite entry"));
-            }
-        }
-        let cb_scale = cb_scale_of(&cb32);
-        let is = &scales[layout.input_scale.range()];
-        let rc = &scales[layout.recip.range()];
-        let mut input_scale = vec![0f64; kp];
-        for (kk, s) in input_scale.iter_mut().enumerate() {
-            *s = f16_bits_to_f64(u16_at(is, kk));
-            if !s.is_finite() || *s == 0.0 {
-                return Err(Cq4Error::BadBlob("input_scale must be finite and non-zero"));
-            }
-            let want = crate::fp16::f64_to_f16_bits((1.0 / s.max(1e-8)).min(65504.0));
-            if u16_at(rc, kk) != want {
-                return Err(Cq4Error::BadBlob(
-                    "recip != fp16(min(1 / max(input_scale, 1e-8), 65504))",
-                ));
-            }
-        }
-        let ng = geometry.num_groups();
-        let nb = &scales[layout.norms.range()];
-        let norms: Vec<u16> = (0..n * ng).map(|i| u16_at(nb, i)).collect();
-        if norms.iter().any(|&b| b & 0x7C00 == 0x7C00) {
-            return Err(Cq4Error::BadBlob("a stored norm is not finite"));
-        }
-        if scales[layout.pad.range()].iter().any(|&b| b != 0) {
-            return Err(Cq4Error::BadBlob("non-zero padding after the norms"));
-        }
-        let fb = &scales[layout.folded.range()];
-        for sb in 0..geometry.sb64() {
-            for g in 0..ng {
-                for c in 0..SUPER_BLOCK {
-                    let row = sb * SUPER_BLOCK + c;
-                    let i = (sb * ng + g) * SUPER_BLOCK + c;
-                    let got = u32::from_le_bytes([
-                        fb[4 * i],
-                        fb[4 * i + 1],
-                        fb[4 * i + 2],
-                        fb[4 * i + 3],
-                    ]);
-                    let want = if row < n {
-                        f16_bits_to_f32(norms[row * ng + g]) * cb_scale
-                    } else {
-                        0.0
-                    };
-                    if got != want.to_bits() {
-                        return Err(Cq4Error::FoldedMismatch { row, group: g });
-                    }
-                }
-            }
-        }
-        // Padded channels carry index 0.
-        let sbb = geometry.superblock_bytes();
-        if !n.is_multiple_of(SUPER_BLOCK) {
-            let last = &data[(geometry.sb64() - 1) * sbb..];
-            for blk in last.chunks_exact(128) {
-                if blk[2 * (n % SUPER_BLOCK)..].iter().any(|&b| b != 0) {
-                    return Err(Cq4Error::BadBlob("padded channels must have nibble 0"));
-                }
-            }
-        }
-        let (hadamard, rt) = match layout.rotation {
-            RotationRegions::Hadamard { left, right, perm } => {
-                let mut l = [0i8; HADAMARD_N];
-                let mut r = [0i8; HADAMARD_N];
-                let mut p = [0u32; HADAMARD_N];
-                for i in 0..HADAMARD_N {
-                    l[i] = scales[left.offset + i] as i8;
-                    r[i] = scales[right.offset + i] as i8;
-                    let o = perm.offset + 4 * i;
-                    p[i] = u32::from_le_bytes([
-                        scales[o],
-                        scales[o + 1],
-                        scales[o + 2],
-                        scales[o + 3],
-                    ]);
-                }
-                let h = HadamardRotation::from_parts(l, r, p).ok_or(Cq4Error::BadBlob(
-                    "Hadamard signs must be +-1 and perm a permutation of 0..128",
-                ))?;
-                (h, RtSource::None)
-            }
-            RotationRegions::Orthogonal { r, r_t } => {
-                let rb = &scales[r.range()];
-                let tb = &scales[r_t.range()];
-                let mut rt32 = vec![0f32; kp * kp];
-                for j in 0..kp {
-                    for kk in 0..kp {
-                        let t = u16_at(tb, j * kp + kk);
-                        if t != u16_at(rb, kk * kp + j) {
-                            return Err(Cq4Error::BadBlob("R^T is not the exact transpose of R"));
-                        }
-                        let v = f16_bits_to_f32(t);
-                        if !v.is_finite() {
-                            return Err(Cq4Error::BadBlob("R has a non-finite entry"));
-                        }
-                        rt32[j * kp + kk] = v;
-                    }
-                }
-                for row in norms.chunks_exact(ng) {
-                    if row.iter().any(|&b| b != row[0]) {
-                        return Err(Cq4Error::BadBlob(
-                            "orthogonal norms must repeat the row norm in every virtual group",
-                        ));
-                    }
-                }
+        Self::new(PanelView::parse(family, n, kp, scales, data)?)
+    }
+
+    /// Decode what qdq needs from a validated view.
+    pub fn new(view: PanelView<'a>) -> Result<Self, Cq4Error> {
+        let geometry = view.geometry();
+        let (n, kp, ng) = (geometry.n(), geometry.k(), geometry.num_groups());
+        let codebook = view.codebook_bits().map(f16_bits_to_f64);
+        let input_scale: Vec<f64> = (0..kp)
+            .map(|k| f16_bits_to_f64(view.input_scale(k)))
+            .collect();
+        let norms: Vec<u16> = (0..n * ng).map(|i| view.norm(i / ng, i % ng)).collect();
+        let (hadamard, rt) = match view.hadamard() {
+            Some(p) => (
+                HadamardRotation::from_parts(p.left, p.right, p.perm)
+                    .ok_or(Cq4Error::BadRotation("Hadamard parameters"))?,
+                RtSource::None,
+            ),
+            None => {
+                let rt32: Vec<f32> = view
+                    .rt_bytes()
+                    .chunks_exact(2)
+                    .map(|h| f16_bits_to_f32(u16::from_le_bytes([h[0], h[1]])))
+                    .collect();
                 (HadamardRotation::from_seed(0), RtSource::Owned(rt32))
             }
         };
         Ok(PanelTensorView {
-            scales,
-            data,
+            view,
             norms,
             dec: Decoder {
-                family,
+                family: view.family(),
                 geometry,
                 codebook,
                 input_scale,
                 hadamard,
                 rt,
             },
-            cb_bits,
-            cb_scale,
         })
+    }
+
+    /// The container's view this decoder was built from.
+    pub fn view(&self) -> &PanelView<'a> {
+        &self.view
     }
 
     /// The rotation family.
@@ -349,31 +231,27 @@ impl<'a> PanelTensorView<'a> {
 
     /// The scales blob this view borrows.
     pub fn scales(&self) -> &'a [u8] {
-        self.scales
+        self.view.scales()
     }
 
     /// The data region (panels) this view borrows.
     pub fn panels(&self) -> &'a [u8] {
-        self.data
+        self.view.panels()
     }
 
     /// Stored codebook, fp16 bits.
     pub fn codebook_bits(&self) -> [u16; LEVELS] {
-        self.cb_bits
+        self.view.codebook_bits()
     }
 
     /// `cb_scale` (f32) as the kernels compute it.
     pub fn cb_scale(&self) -> f32 {
-        self.cb_scale
+        self.view.cb_scale()
     }
 
     /// The int8 codebook the kernels use.
     pub fn cb_i8(&self) -> [i8; LEVELS] {
-        let mut s = [0f32; LEVELS];
-        for (d, &b) in s.iter_mut().zip(&self.cb_bits) {
-            *d = f16_bits_to_f32(b);
-        }
-        codebook_i8(&s, self.cb_scale)
+        self.view.cb_i8()
     }
 
     /// Stored norms, `N x num_groups` fp16 bits.
@@ -392,9 +270,7 @@ impl<'a> PanelTensorView<'a> {
         if n >= g.n() {
             return Err(Cq4Error::RowOutOfRange { row: n, n: g.n() });
         }
-        let (byte, high) = g.nibble_position(n, k)?;
-        let b = self.data[byte];
-        Ok(if high { b >> 4 } else { b & 15 })
+        Ok(self.view.index(n, k)?)
     }
 
     /// Dequantize rows `first_row..first_row + out.len() / Kp` into `out`
@@ -421,8 +297,8 @@ impl<'a> PanelTensorView<'a> {
         }
         let sbb = g.superblock_bytes();
         if nrows == 1 {
-            let sb =
-                &self.data[(first_row / SUPER_BLOCK) * sbb..(first_row / SUPER_BLOCK + 1) * sbb];
+            let sb = &self.panels()
+                [(first_row / SUPER_BLOCK) * sbb..(first_row / SUPER_BLOCK + 1) * sbb];
             decode_row(
                 &self.dec,
                 sb,
@@ -443,7 +319,7 @@ impl<'a> PanelTensorView<'a> {
         let sb1 = end.div_ceil(SUPER_BLOCK);
         decode_rows(
             &self.dec,
-            &self.data[sb0 * sbb..sb1 * sbb],
+            &self.panels()[sb0 * sbb..sb1 * sbb],
             &self.norms[first_row * ng..end * ng],
             nrows,
             out,

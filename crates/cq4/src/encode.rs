@@ -7,14 +7,16 @@ use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 use weights_file::panel::{PanelGeometry, SUPER_BLOCK};
-use weights_file::{flags, Header, Precision};
+use weights_file::Header;
 
 use crate::codebook::{self, cb_scale_of, codebook_i8, index_of, Codebook, LEVELS};
 use crate::decode::{decode_rows, Decoder, RtSource};
-use crate::fp16::{f16_bits_to_f32, f16_bits_to_f64, f64_to_f16_bits, F16_ONE};
-use crate::hadamard::{fwht128, HadamardRotation, FIXED_MAGIC, HADAMARD_N};
+use crate::error::Cq4Error;
+use crate::hadamard::{fwht128, sqrt128, HadamardRotation, FIXED_MAGIC, HADAMARD_N};
 use crate::orthogonal::{OrthogonalRotation, NR};
-use crate::{Cq4Error, Family, GROUP_SIZE};
+use weights_file::fp16::{f16_bits_to_f32, f16_bits_to_f64, f64_to_f16_bits, F16_ONE};
+use weights_file::panel::RotationFamily as Family;
+use weights_file::panel_view::GROUP as GROUP_SIZE;
 
 /// Smallest stored row/group norm before fp16 rounding (the clamp).
 pub const NORM_FLOOR: f64 = 1e-8;
@@ -27,11 +29,6 @@ const KB: usize = 64;
 const LANES: usize = 4;
 /// Row blocks (of `MR` rows) that share one pass over the packed rotation.
 const RG_BLOCKS: usize = 4;
-
-/// `sqrt(128)` as the nearest f64.
-pub(crate) fn sqrt128() -> f64 {
-    (HADAMARD_N as f64).sqrt()
-}
 
 /// Per-bundle state: the seed, the Hadamard parameters, and caches of
 /// codebooks (per dimension) and orthogonal rotations (per `Kp`).
@@ -61,7 +58,7 @@ fn cached<T>(
 }
 
 impl Bundle {
-    /// A bundle for `seed` (the CLI's `--seed`; default [`crate::DEFAULT_SEED`]).
+    /// A bundle for `seed` (the CLI's `--seed`; default [`crate::rng::DEFAULT_SEED`]).
     pub fn new(seed: u64) -> Self {
         Bundle {
             seed,
@@ -374,27 +371,7 @@ impl PanelEncoder {
 
     /// The container header for this tensor (`scales_bytes` from the layout).
     pub fn header(&self) -> Header {
-        let g = &self.geometry;
-        let layout = g.scales_layout(self.family);
-        let mut dims = [0u64; 8];
-        dims[0] = g.n() as u64;
-        dims[1] = g.k() as u64;
-        let mut f = flags::PACKED_PANELS;
-        if self.family == Family::Orthogonal {
-            f |= flags::ORTHOGONAL_ROTATION;
-        }
-        Header {
-            flags: f,
-            alignment: weights_file::format::DEFAULT_ALIGNMENT,
-            ndim: 2,
-            dims,
-            precision: Precision::Cq(4).code(),
-            data_bytes: g.data_bytes() as u64,
-            scales_bytes: layout.scales_bytes as u64,
-            group_size: GROUP_SIZE as u32,
-            num_groups: g.num_groups() as u32,
-            original_n: g.n() as u64,
-        }
+        Header::panels(&self.geometry, self.family)
     }
 
     /// Validate a chunk and return its row count.
@@ -770,7 +747,7 @@ impl PanelEncoder {
 
     /// Dequantize a chunk the encoder produced (same chunk rules as
     /// [`Self::encode_superblocks`]): `out` is `rows x Kp` f32. This is the
-    /// very function [`crate::PanelTensorView::dequantize_rows`] runs on a
+    /// very function `PanelTensorView::dequantize_rows` runs on a
     /// parsed file.
     pub fn dequantize_superblocks(
         &self,

@@ -89,6 +89,11 @@ impl HadamardRotation {
     }
 }
 
+/// `sqrt(128)` as the nearest f64 (the scale of the normalized transform).
+pub(crate) fn sqrt128() -> f64 {
+    (HADAMARD_N as f64).sqrt()
+}
+
 /// In-place fast Walsh–Hadamard transform (unnormalized, Sylvester order):
 /// `x <- H x` with `H[i][j] = (-1)^popcount(i & j)`. Butterfly order: for
 /// `h = 1, 2, 4, .., 64`; for each block start `i = 0, 2h, 4h, ..`; for

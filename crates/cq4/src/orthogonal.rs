@@ -26,9 +26,9 @@
 
 use rayon::prelude::*;
 
-use crate::fp16::{f16_bits_to_f32, f64_to_f16_bits};
+use crate::error::Cq4Error;
 use crate::rng::{fill_gaussian, SplitMix64, ORTHOGONAL_SEED_TAG};
-use crate::Cq4Error;
+use weights_file::fp16::{f16_bits_to_f32, f64_to_f16_bits};
 
 /// Column-panel width of the right-looking test oracle.
 #[cfg(test)]
@@ -564,7 +564,7 @@ mod tests {
         let r: Vec<f64> = rot
             .r_bits()
             .iter()
-            .map(|&b| crate::fp16::f16_bits_to_f64(b))
+            .map(|&b| weights_file::fp16::f16_bits_to_f64(b))
             .collect();
         // fp16 rounding: errors ~ 2^-11 relative per entry.
         assert!(gram_error(&r, n) < 2e-3);

@@ -394,7 +394,10 @@ fn view_rejects_corrupt_tensors() {
         b[layout.folded.offset] ^= 1;
         assert!(matches!(
             PanelTensorView::parse(family, n, k, &b, &e.panels),
-            Err(Cq4Error::FoldedMismatch { row: 0, group: 0 })
+            Err(Cq4Error::Shape(cq4::PanelError::FoldedMismatch {
+                row: 0,
+                group: 0
+            }))
         ));
         let mut b = e.blob.clone();
         b[layout.recip.offset] ^= 1;
@@ -412,7 +415,7 @@ fn view_rejects_corrupt_tensors() {
         }
         assert!(matches!(
             PanelTensorView::parse(family, n, k, &b, &e.panels),
-            Err(Cq4Error::BadBlob(_))
+            Err(Cq4Error::Shape(cq4::PanelError::Invalid(_)))
         ));
     }
 }

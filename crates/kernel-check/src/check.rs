@@ -16,12 +16,10 @@
 
 use weights_file::{Precision, WeightsFile};
 
-use crate::dispatch::{Exec, Isa};
+use kernels::{Exec, Gemv, Isa, Matrix, PanelMatrix, RotationFamily, Workspace};
+
 use crate::oracle::{compare, ErrorStats};
-use crate::panel::{Family, PanelMatrix};
 use crate::reference::{compare_exact, reference, ExactStats};
-use crate::workspace::Workspace;
-use crate::{Gemv, Matrix};
 
 /// Seed of the verification activations (the ASCII bytes "VERIFY\0\1").
 pub const SEED: u64 = 0x5645_5249_4659_0001;
@@ -130,7 +128,6 @@ pub fn check_container(bytes: &[u8], isas: &[Isa]) -> FileCheck {
     let g = m.as_gemv();
     fc.shape = (g.rows(), g.cols());
     let x = activations(g.cols());
-    let mut view = None;
     match &m {
         Matrix::Ggml(gm) => {
             fc.kind = format!("{} {}", gm.format().ggml_type(), gm.layout().name());
@@ -139,31 +136,25 @@ pub fn check_container(bytes: &[u8], isas: &[Isa]) -> FileCheck {
             fc.kind = format!("{:?}", fm.float_type()).to_uppercase();
         }
         Matrix::Panel(pm) => {
-            let family = pm.family();
-            fc.kind = match family {
-                Family::Hadamard => "CQ4 hadamard".into(),
-                Family::Orthogonal => "CQ4 orthogonal".into(),
+            fc.kind = match pm.family() {
+                RotationFamily::Hadamard => "CQ4 hadamard".into(),
+                RotationFamily::Orthogonal => "CQ4 orthogonal".into(),
             };
-            let (n, kp) = (pm.rows(), pm.cols());
-            match cq4::PanelTensorView::parse(family, n, kp, f.scales(), f.data()) {
-                Ok(v) => view = Some(v),
-                Err(e) => {
-                    fc.problems.push(format!("panel validation: {e}"));
-                    return fc;
-                }
-            }
         }
     }
-    let r = match reference(&m, view.as_ref(), &x) {
+    let r = match reference(&m, &x) {
         Ok(r) => r,
         Err(e) => {
             fc.problems.push(format!("reference: {e}"));
             return fc;
         }
     };
-    if let (Matrix::Panel(pm), Some(v)) = (&m, &view) {
-        if pm.family() == Family::Orthogonal {
-            fc.embedding = Some(embedding_check(pm, v));
+    if let Matrix::Panel(pm) = &m {
+        if pm.family() == RotationFamily::Orthogonal {
+            match cq4::PanelTensorView::new(*pm.view()) {
+                Ok(v) => fc.embedding = Some(embedding_check(pm, &v)),
+                Err(e) => fc.problems.push(format!("panel decoder: {e}")),
+            }
         }
     }
     if r.nonfinite_weights > 0 && !matches!(m, Matrix::Float(_)) {

@@ -5,11 +5,20 @@
 
 use rayon::prelude::*;
 
-use crate::error::{check_len, KernelError};
-use crate::float::FloatMatrix;
-use crate::ggml::GgmlMatrix;
-use crate::panel::{PanelMatrix, GROUP};
-use crate::Gemv;
+use kernels::panel::GROUP;
+use kernels::{FloatMatrix, Gemv, GgmlMatrix, KernelError, PanelMatrix};
+
+fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), KernelError> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(KernelError::Length {
+            what,
+            expected,
+            got,
+        })
+    }
+}
 
 /// An oracle result.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,7 +107,9 @@ pub fn panel_oracle(view: &cq4::PanelTensorView<'_>, x: &[f32]) -> Result<Oracle
 /// `nonfinite_weights` counts non-finite norms instead.
 pub fn panel_oracle_factored(m: &PanelMatrix<'_>, x: &[f32]) -> Result<Oracle, KernelError> {
     check_len("x (Kp)", m.cols(), x.len())?;
-    let t = m.factored_activations(x);
+    let view = m.view();
+    let t = crate::rotation::factored(view, x);
+    let codebook = view.codebook();
     let ng = m.groups();
     let rows: Vec<Result<(f64, usize), KernelError>> = (0..m.rows())
         .into_par_iter()
@@ -106,13 +117,16 @@ pub fn panel_oracle_factored(m: &PanelMatrix<'_>, x: &[f32]) -> Result<Oracle, K
             let mut y = 0f64;
             let mut bad = 0;
             for g in 0..ng {
-                let nrm = m.norm(n, g);
+                let nrm = weights_file::fp16::f16_bits_to_f32(view.norm(n, g));
                 if !nrm.is_finite() {
                     bad += 1;
                 }
                 let mut s = 0f64;
                 for (j, &tj) in t.iter().enumerate().skip(g * GROUP).take(GROUP) {
-                    s += m.codebook_value(m.index(n, j)) as f64 * tj;
+                    let idx = view
+                        .index(n, j)
+                        .map_err(|e| KernelError::Panel(e.to_string()))?;
+                    s += codebook[idx as usize] as f64 * tj;
                 }
                 y += nrm as f64 * s;
             }

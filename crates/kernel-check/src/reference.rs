@@ -31,7 +31,7 @@
 //! # The activations (pass / fail)
 //!
 //! That the kernel's activations are faithful to `x` is checked element by
-//! element against the quantizer's own rounding bound ([`crate::format`]
+//! element against the quantizer's own rounding bound (`kernels::format`
 //! `act_tolerance`; CQ4: the f32 rotation against an f64 rotation of `x`
 //! with its error bound, and `|q s - z| <= s (0.5 + 2^-14)`).
 //!
@@ -44,25 +44,28 @@
 
 use rayon::prelude::*;
 
-use crate::act::{quantize_groups, Cq4Act};
-use crate::error::{check_len, KernelError};
-use crate::float::FloatMatrix;
-use crate::format::{GgmlFormat, Q4K, Q5K, Q5_0, Q6K, Q8_0};
-use crate::ggml::{GgmlMatrix, QuantFormat};
-use crate::panel::{PanelMatrix, GROUP};
-use crate::{Gemv, Isa, Matrix};
+use kernels::act::{quantize_groups, Cq4Act};
+use kernels::format::{GgmlFormat, Q4K, Q5K, Q5_0, Q6K, Q8_0};
+use kernels::panel::GROUP;
+use kernels::{FloatMatrix, Gemv, GgmlMatrix, Isa, KernelError, Matrix, PanelMatrix, QuantFormat};
+use weights_file::fp16::{f16_bits_to_f32, f16_bits_to_f64};
 
-/// Unit roundoff of f32.
-pub const U: f64 = 1.0 / (1u64 << 24) as f64;
-/// Smallest positive f32 (subnormal): the absolute error of one operation
-/// whose result underflows is at most half of it.
-const TINY: f64 = 1.401_298_464_324_817e-45;
+use crate::rotation::{factored, rotated_exact};
 
-/// `g(m) = m u / (1 - m u)`.
-pub fn gamma(m: usize) -> f64 {
-    let mu = m as f64 * U;
-    mu / (1.0 - mu)
+/// `Err(Length)` unless `got == expected`.
+fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), KernelError> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(KernelError::Length {
+            what,
+            expected,
+            got,
+        })
+    }
 }
+
+pub use crate::bounds::{gamma, TINY, U};
 
 /// The references of one GEMV.
 #[derive(Debug, Clone, PartialEq)]
@@ -136,13 +139,8 @@ pub fn compare_exact(y: &[f32], r: &Reference) -> ExactStats {
     s
 }
 
-/// The references of `m` for activations `x` (`x.len() == m.cols()`). CQ4
-/// matrices need `view`, the independent decoder of the same file.
-pub fn reference(
-    m: &Matrix<'_>,
-    view: Option<&cq4::PanelTensorView<'_>>,
-    x: &[f32],
-) -> Result<Reference, KernelError> {
+/// The references of `m` for activations `x` (`x.len() == m.cols()`).
+pub fn reference(m: &Matrix<'_>, x: &[f32]) -> Result<Reference, KernelError> {
     check_len("x", m.as_gemv().cols(), x.len())?;
     match m {
         Matrix::Ggml(g) => match g.format() {
@@ -153,12 +151,7 @@ pub fn reference(
             QuantFormat::Q6K => ggml::<Q6K>(g, x),
         },
         Matrix::Float(f) => Ok(float(f, x)),
-        Matrix::Panel(p) => {
-            let view = view.ok_or_else(|| {
-                KernelError::Panel("the panel reference needs the decoded tensor view".into())
-            })?;
-            panel(p, view, x)
-        }
+        Matrix::Panel(p) => panel(p, x),
     }
 }
 
@@ -285,11 +278,8 @@ fn float(m: &FloatMatrix<'_>, x: &[f32]) -> Reference {
     collect(rows, 0.0).expect("float rows never fail")
 }
 
-fn panel(
-    m: &PanelMatrix<'_>,
-    view: &cq4::PanelTensorView<'_>,
-    x: &[f32],
-) -> Result<Reference, KernelError> {
+fn panel(m: &PanelMatrix<'_>, x: &[f32]) -> Result<Reference, KernelError> {
+    let view = m.view();
     let (n, kp, ng) = (m.rows(), m.cols(), m.groups());
     // The kernel's activations, computed as the kernels compute them.
     let mut z = vec![0f32; kp];
@@ -303,7 +293,7 @@ fn panel(
     };
     // Their fidelity: the f32 rotation against the f64 one, then the int8
     // quantization against the f32 rotation.
-    let (z_exact, z_bound) = m.rotated_exact(x);
+    let (z_exact, z_bound) = rotated_exact(view, x);
     let mut act_ratio = 0f64;
     for j in 0..kp {
         act_ratio = act_ratio.max(ratio(f64::from(z[j]), z_exact[j], z_bound[j]));
@@ -311,10 +301,10 @@ fn panel(
         let qs = f64::from(act.q[j]) * s;
         act_ratio = act_ratio.max(ratio(qs, f64::from(z[j]), s * (0.5 + 1.0 / 16384.0)));
     }
-    let t = m.factored_activations(x);
+    let t = factored(view, x);
     let cb_i8 = view.cb_i8();
     let cb_scale = view.cb_scale();
-    let codebook = view.codebook_bits().map(cq4::fp16::f16_bits_to_f64);
+    let codebook = view.codebook_bits().map(f16_bits_to_f64);
     let g_groups = gamma(ng + 3);
     let abs = (3 * ng + 3) as f64 * TINY;
     let rows: Vec<Result<Row, KernelError>> = (0..n)
@@ -323,7 +313,7 @@ fn panel(
             let (mut exact, mut e2e, mut terms) = (0f64, 0f64, 0f64);
             let mut nonfinite = 0;
             for g in 0..ng {
-                let norm = cq4::fp16::f16_bits_to_f32(view.norms()[r * ng + g]);
+                let norm = f16_bits_to_f32(view.norm(r, g));
                 if !norm.is_finite() {
                     nonfinite += 1;
                 }

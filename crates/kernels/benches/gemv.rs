@@ -17,7 +17,8 @@ use cq4::rng::{fill_gaussian, SplitMix64};
 use ggml_quants::quantize_rows;
 use kernels::aligned::AlignedBytes;
 use kernels::{
-    Exec, Family, Gemv, GgmlMatrix, Isa, PanelMatrix, QuantFormat, RowLayout, Workspace,
+    Exec, Gemv, GgmlMatrix, Isa, PanelMatrix, QuantFormat, RotationFamily as Family, RowLayout,
+    Workspace,
 };
 use weights_file::interleave;
 use weights_file::panel::{PanelGeometry, RotationRegions};
@@ -267,7 +268,7 @@ fn bench_case(
             match layout {
                 Layout::Ggml(f, l) => Box::new(GgmlMatrix::new(f, l, n, k, d.as_slice()).unwrap()),
                 Layout::Panel(fam) => {
-                    Box::new(PanelMatrix::new(fam, n, k, blob, d.as_slice()).unwrap())
+                    Box::new(PanelMatrix::parse(fam, n, k, blob, d.as_slice()).unwrap())
                 }
             }
         })

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::dispatch::Isa;
+use crate::isa::Isa;
 
 /// Why a kernel call or a matrix view could not be set up.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,8 +8,8 @@ use weights_file::{Precision, WeightsFile};
 
 use crate::dispatch::Exec;
 use crate::error::{check_len, KernelError};
+use crate::gemv::Gemv;
 use crate::workspace::Workspace;
-use crate::Gemv;
 
 /// Element type of a plain matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

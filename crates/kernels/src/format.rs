@@ -27,8 +27,8 @@ use ggml_quants::GgmlType;
 
 use crate::act::{quantize_q8_0, quantize_q8_k, ActQ8_0, BlockQ8K};
 use crate::blocks::{q4_k, q5_0, q5_k, q6_k, q8_0, Q4KView, Q5KView, Q5_0View, Q6KView, Q8_0View};
-use crate::dispatch::{GroupFn, Kernels};
 use crate::error::KernelError;
+use crate::table::{GroupFn, Kernels};
 
 /// One ggml block format and its activation type.
 pub trait GgmlFormat: Copy + Send + Sync + 'static {

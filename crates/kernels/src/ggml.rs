@@ -13,91 +13,14 @@
 
 use ggml_quants::GgmlType;
 use rayon::prelude::*;
-use weights_file::{flags, interleave, Precision, WeightsFile};
+use weights_file::{interleave, Precision, WeightsFile};
 
-use crate::dispatch::{kernels, Exec, GroupFn};
+use crate::dispatch::{kernels, rows_per_task, Exec, GroupFn};
 use crate::error::{check_len, KernelError};
 use crate::format::{GgmlFormat, Q4K, Q5K, Q5_0, Q6K, Q8_0};
+use crate::gemv::Gemv;
+pub use crate::operands::{RowGroup, GROUP_ROWS};
 use crate::workspace::Workspace;
-use crate::Gemv;
-
-/// Row slots per group kernel call.
-pub const GROUP_ROWS: usize = 8;
-
-/// Up to 8 rows of a ggml matrix, as a group kernel reads them.
-///
-/// Invariant (checked by [`RowGroup::new`]): for every slot `r` and block
-/// `b < nblocks`, bytes `offsets[r] + b * strides[r] ..+ block_bytes` lie
-/// inside `data`. The SIMD kernels rely on it.
-#[derive(Debug, Clone, Copy)]
-pub struct RowGroup<'a> {
-    data: &'a [u8],
-    offsets: [usize; GROUP_ROWS],
-    strides: [usize; GROUP_ROWS],
-    nblocks: usize,
-    block_bytes: usize,
-}
-
-impl<'a> RowGroup<'a> {
-    /// A group over `data`; fails unless every block of every slot is in bounds
-    /// and `nblocks >= 1`.
-    pub fn new(
-        data: &'a [u8],
-        offsets: [usize; GROUP_ROWS],
-        strides: [usize; GROUP_ROWS],
-        nblocks: usize,
-        block_bytes: usize,
-    ) -> Result<Self, KernelError> {
-        if nblocks == 0 || block_bytes == 0 {
-            return Err(KernelError::Shape("a row group needs blocks".into()));
-        }
-        for (o, s) in offsets.iter().zip(&strides) {
-            let end = s
-                .checked_mul(nblocks - 1)
-                .and_then(|x| x.checked_add(*o))
-                .and_then(|x| x.checked_add(block_bytes));
-            if end.is_none_or(|e| e > data.len()) {
-                return Err(KernelError::Shape(format!(
-                    "row slot at offset {o} stride {s} x {nblocks} blocks leaves the {} data bytes",
-                    data.len()
-                )));
-            }
-        }
-        Ok(RowGroup {
-            data,
-            offsets,
-            strides,
-            nblocks,
-            block_bytes,
-        })
-    }
-
-    /// The bytes all slots point into.
-    pub fn data(&self) -> &'a [u8] {
-        self.data
-    }
-    /// Byte offset of block 0 of each slot.
-    pub fn offsets(&self) -> &[usize; GROUP_ROWS] {
-        &self.offsets
-    }
-    /// Bytes between consecutive blocks of each slot.
-    pub fn strides(&self) -> &[usize; GROUP_ROWS] {
-        &self.strides
-    }
-    /// Blocks per row.
-    pub fn nblocks(&self) -> usize {
-        self.nblocks
-    }
-    /// Bytes per block.
-    pub fn block_bytes(&self) -> usize {
-        self.block_bytes
-    }
-    /// Block `b` of slot `slot`.
-    pub fn block(&self, slot: usize, b: usize) -> &'a [u8] {
-        let o = self.offsets[slot] + b * self.strides[slot];
-        &self.data[o..o + self.block_bytes]
-    }
-}
 
 /// The five ggml types the kernels serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -236,12 +159,9 @@ impl<'a> GgmlMatrix<'a> {
         if h.ndim != 2 {
             return Err(KernelError::Shape(format!("ndim {} (want 2)", h.ndim)));
         }
-        let layout = if h.flags & flags::ROW_INTERLEAVE_8 != 0 {
-            RowLayout::Interleaved(8)
-        } else if h.flags & flags::ROW_INTERLEAVE_4 != 0 {
-            RowLayout::Interleaved(4)
-        } else {
-            RowLayout::RowMajor
+        let layout = match h.interleave() {
+            Some(il) => RowLayout::Interleaved(il.factor()),
+            None => RowLayout::RowMajor,
         };
         let n = usize::try_from(h.dims[0]).map_err(|_| KernelError::Shape("N".into()))?;
         let k = usize::try_from(h.dims[1]).map_err(|_| KernelError::Shape("K".into()))?;
@@ -350,16 +270,6 @@ impl<'a> GgmlMatrix<'a> {
         }
         Ok(())
     }
-}
-
-/// Rows per parallel task: a multiple of `unit`, about 4 tasks per rayon
-/// thread (all rows in one task when not parallel).
-pub(crate) fn rows_per_task(n: usize, unit: usize, parallel: bool) -> usize {
-    if !parallel {
-        return n.max(1);
-    }
-    let tasks = 4 * rayon::current_num_threads();
-    n.div_ceil(tasks).div_ceil(unit).max(1) * unit
 }
 
 impl Gemv for GgmlMatrix<'_> {

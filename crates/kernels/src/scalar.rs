@@ -11,8 +11,8 @@
 
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
 use crate::format::{GgmlFormat, Q4K, Q5K, Q5_0, Q6K, Q8_0};
-use crate::ggml::RowGroup;
-use crate::panel::{CbLut, PanelBlock, KG_PER_GROUP};
+use crate::operands::RowGroup;
+use crate::operands::{CbLut, PanelBlock, KG_PER_GROUP};
 
 /// Every slot of `g`: sequential f32 sum of the block contributions.
 pub fn group<F: GgmlFormat>(g: &RowGroup<'_>, act: &[F::Act], out: &mut [f32; 8]) {

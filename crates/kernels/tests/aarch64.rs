@@ -14,7 +14,9 @@ mod common;
 use common::*;
 use kernels::act::Cq4Act;
 use kernels::panel::{CbLut, PanelBlock};
-use kernels::{available, dispatch, Exec, Family, Gemv, Isa, PanelMatrix, Workspace};
+use kernels::{
+    available, dispatch, Exec, Gemv, Isa, PanelMatrix, RotationFamily as Family, Workspace,
+};
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
@@ -141,7 +143,7 @@ fn sme2_chunked_groups_equal_neon_and_scalar() {
     .enumerate()
     {
         let (blob, panels, kp) = cq4_tensor(family, n, k, 300 + ci as u64);
-        let m = PanelMatrix::new(family, n, kp, &blob, panels.as_slice()).unwrap();
+        let m = PanelMatrix::parse(family, n, kp, &blob, panels.as_slice()).unwrap();
         let mut x = gaussian(400 + ci as u64, kp);
         x[k..].fill(0.0);
         let want = bits(&run(&m, &x, Isa::Scalar, false));

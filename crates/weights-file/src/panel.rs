@@ -71,6 +71,27 @@ pub enum PanelError {
         /// Which size overflowed.
         what: &'static str,
     },
+    /// A region of the tensor does not have the length its shape implies.
+    #[error("{what} is {got} bytes, the shape implies {expected}")]
+    RegionLength {
+        /// Which region (`scales blob`, `data region`).
+        what: &'static str,
+        /// Bytes the shape implies.
+        expected: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// A scales-blob or panel value that breaks the format's rules.
+    #[error("invalid CQ4 panel tensor: {0}")]
+    Invalid(&'static str),
+    /// A folded norm that is not `f32(norm) * cb_scale` (0 for padding).
+    #[error("folded norm of row {row}, group {group} is not f32(norm) * cb_scale")]
+    FoldedMismatch {
+        /// Row (>= N for padded channels).
+        row: usize,
+        /// Group.
+        group: usize,
+    },
     /// A weight index outside the (padded) tensor was asked for.
     #[error("weight index ({n}, {k}) outside the padded panel tensor {padded_n} x {k_total}")]
     IndexOutOfRange {
@@ -91,6 +112,28 @@ impl PanelError {
     pub fn is_bad_input(&self) -> bool {
         !matches!(self, PanelError::IndexOutOfRange { .. })
     }
+}
+
+/// `cb_scale = max(max_i |stored_i| / 127, 1e-10)` in f32: the scale of
+/// the int8 codebook the kernels (the engine's and ours) derive from a
+/// file's stored fp16 codebook.
+pub fn cb_scale_of(stored: &[f32; CODEBOOK_ENTRIES]) -> f32 {
+    let mut mx = 0.0f32;
+    for &v in stored {
+        mx = mx.max(v.abs());
+    }
+    (mx / 127.0).max(1e-10)
+}
+
+/// `round_half_away_from_zero(v / cb_scale)` for each stored codebook value,
+/// computed in f32: the int8 codebook the kernels use. Values outside the
+/// i8 range saturate.
+pub fn codebook_i8(stored: &[f32; CODEBOOK_ENTRIES], cb_scale: f32) -> [i8; CODEBOOK_ENTRIES] {
+    let mut out = [0i8; CODEBOOK_ENTRIES];
+    for (o, &v) in out.iter_mut().zip(stored) {
+        *o = (v / cb_scale).round().clamp(-128.0, 127.0) as i8;
+    }
+    out
 }
 
 /// The rotation family of a CQ4 tensor; it decides the tail of the scales blob.

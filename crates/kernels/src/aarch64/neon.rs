@@ -22,8 +22,8 @@ use core::arch::aarch64::*;
 use super::{f16x4_high_to_f32, f16x4_to_f32, fp16_at8, prefetch, reduce8, sdot, sdot_lane, Slots};
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
 use crate::blocks::{q4_k, q5_0, q5_k, q6_k, q8_0, unpack_k4_scales};
-use crate::ggml::RowGroup;
-use crate::panel::{CbLut, PanelBlock, KG_BYTES, KG_PER_GROUP};
+use crate::operands::RowGroup;
+use crate::operands::{CbLut, PanelBlock, KG_BYTES, KG_PER_GROUP};
 
 /// 16 bytes at `p` as i8.
 ///

@@ -44,10 +44,9 @@ use core::arch::aarch64::*;
 use core::arch::asm;
 
 use crate::act::Cq4Act;
-use crate::panel::{CbLut, PanelBlock, GROUP_BYTES};
+use crate::operands::{CbLut, PanelBlock, GROUP_BYTES};
 
-/// The streaming vector length (bytes) the kernel is written for.
-pub const SVL_BYTES: usize = 64;
+pub use super::probe::SVL_BYTES;
 
 /// Groups accumulated in ZA per streaming section: the 16 VGx4 vector
 /// groups of a 512-bit ZA array.

@@ -17,8 +17,8 @@ use super::{
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
 use crate::blocks::{q6_k, q8_0};
-use crate::ggml::RowGroup;
-use crate::panel::{CbLut, PanelBlock, KG_PER_GROUP};
+use crate::operands::RowGroup;
+use crate::operands::{CbLut, PanelBlock, KG_PER_GROUP};
 
 /// Q8_0 x Q8_0 group kernel.
 ///

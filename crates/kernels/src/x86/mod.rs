@@ -68,7 +68,7 @@ pub(crate) struct Slots {
 impl Slots {
     /// The slots of `g`, at block 0.
     #[inline(always)]
-    pub(crate) fn new(g: &crate::ggml::RowGroup<'_>) -> Self {
+    pub(crate) fn new(g: &crate::operands::RowGroup<'_>) -> Self {
         let base = g.data().as_ptr();
         let mut p = [base; 8];
         for (q, &o) in p.iter_mut().zip(g.offsets()) {

@@ -4,7 +4,7 @@
 use cq4::rng::{fill_gaussian, SplitMix64};
 use ggml_quants::quantize_rows;
 use kernels::aligned::AlignedBytes;
-use kernels::{Family, QuantFormat, RowLayout};
+use kernels::{QuantFormat, RotationFamily as Family, RowLayout};
 use weights_file::interleave;
 
 /// `n` standard normal f32 values from `seed`.

@@ -1,0 +1,97 @@
+//! The per-ISA kernel table type: the function-pointer signatures every
+//! tier implements and the safe calls through them. The tables themselves
+//! are built in [`crate::dispatch`].
+
+use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
+use crate::isa::Isa;
+use crate::operands::{CbLut, PanelBlock, RowGroup};
+
+/// One 8-row group kernel of a ggml format: the 8 row slots of `group`
+/// against the activation blocks `act`, one f32 result per slot in `out`.
+///
+/// The SIMD versions are `#[target_feature]` functions, hence `unsafe fn`;
+/// the scalar ones coerce to the same type.
+pub type GroupFn<A> = unsafe fn(&RowGroup<'_>, &[A], &mut [f32; 8]);
+
+/// One CQ4 super-block kernel: 64 output channels of `block` against the
+/// quantized activations.
+pub type PanelFn = unsafe fn(&PanelBlock<'_>, &Cq4Act<'_>, &CbLut, &mut [f32; 64]);
+
+/// The orthogonal activation transform of one tier:
+/// `z_j = sum_k (x_k * recip_k) * R[k][j]` (see [`crate::panel`]).
+pub type RotateFn = unsafe fn(&[f32], &[f32], &[u8], &mut [f32]);
+
+/// The kernels of one tier. A `&Kernels` can only be obtained from
+/// [`kernels`], which checks that the CPU supports the tier; that is the
+/// safety argument of every call through these pointers.
+#[derive(Debug)]
+pub struct Kernels {
+    pub(crate) isa: Isa,
+    pub(crate) q8_0: GroupFn<ActQ8_0>,
+    pub(crate) q5_0: GroupFn<ActQ8_0>,
+    pub(crate) q4_k: GroupFn<BlockQ8K>,
+    pub(crate) q5_k: GroupFn<BlockQ8K>,
+    pub(crate) q6_k: GroupFn<BlockQ8K>,
+    pub(crate) cq4: PanelFn,
+    pub(crate) rotate: RotateFn,
+}
+
+macro_rules! safe_group {
+    ($(#[$doc:meta])* $name:ident, $field:ident, $act:ty) => {
+        $(#[$doc])*
+        pub fn $name(&self, g: &RowGroup<'_>, act: &[$act], out: &mut [f32; 8]) {
+            // SAFETY: a `Kernels` value is only handed out by `kernels()` for
+            // a tier the CPU supports (Isa::is_available).
+            unsafe { (self.$field)(g, act, out) }
+        }
+    };
+}
+
+impl Kernels {
+    /// The tier of this table.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    safe_group!(
+        /// Q8_0 group kernel of this tier.
+        q8_0_group, q8_0, ActQ8_0
+    );
+    safe_group!(
+        /// Q5_0 group kernel of this tier.
+        q5_0_group, q5_0, ActQ8_0
+    );
+    safe_group!(
+        /// Q4_K group kernel of this tier.
+        q4_k_group, q4_k, BlockQ8K
+    );
+    safe_group!(
+        /// Q5_K group kernel of this tier.
+        q5_k_group, q5_k, BlockQ8K
+    );
+    safe_group!(
+        /// Q6_K group kernel of this tier.
+        q6_k_group, q6_k, BlockQ8K
+    );
+
+    /// The orthogonal activation transform of this tier: `x`, `recip` and
+    /// `z` hold `Kp` values, `r` the `Kp x Kp` fp16 R (LE bytes).
+    pub fn orthogonal_rotate(&self, x: &[f32], recip: &[f32], r: &[u8], z: &mut [f32]) {
+        // SAFETY: a `Kernels` value is only handed out by `kernels()` for a
+        // tier the CPU supports (Isa::is_available).
+        unsafe { (self.rotate)(x, recip, r, z) }
+    }
+
+    /// CQ4 super-block kernel of this tier.
+    pub fn cq4_superblock(
+        &self,
+        b: &PanelBlock<'_>,
+        act: &Cq4Act<'_>,
+        lut: &CbLut,
+        out: &mut [f32; 64],
+    ) {
+        // SAFETY: a `Kernels` value is only handed out by `kernels()` for a
+        // tier the CPU supports (Isa::is_available).
+        unsafe { (self.cq4)(b, act, lut, out) }
+    }
+}
