@@ -171,7 +171,20 @@ fn write_bundle(
     }
     pb.finish_and_clear();
     let extra = write_extra_files(cat, plan, dir)?;
-    let manifest = Manifest {
+    let manifest = manifest_of(cat, opts, source_files, entries, extra);
+    dir.write_small(outdir::MANIFEST, manifest.to_json().as_bytes())?;
+    Ok(manifest)
+}
+
+/// The manifest of a bundle (`docs/FORMAT.md` §manifest).
+fn manifest_of(
+    cat: &Catalogue,
+    opts: &Options,
+    files: Vec<SourceFile>,
+    tensors: Vec<Entry>,
+    extra_files: Vec<ExtraFile>,
+) -> Manifest {
+    Manifest {
         format: manifest::FORMAT.into(),
         format_version: manifest::FORMAT_VERSION,
         tool: Tool {
@@ -191,11 +204,11 @@ fn write_bundle(
             },
             architecture: cat.architecture.clone(),
             tied_embeddings: cat.tied_embeddings,
-            files: source_files,
+            files,
         },
         options: opts.to_json(),
-        tensors: entries,
-        extra_files: extra,
+        tensors,
+        extra_files,
         skipped_files: cat
             .skipped_files
             .iter()
@@ -204,9 +217,7 @@ fn write_bundle(
                 reason: reason.clone(),
             })
             .collect(),
-    };
-    dir.write_small(outdir::MANIFEST, manifest.to_json().as_bytes())?;
-    Ok(manifest)
+    }
 }
 
 /// The GGUF metadata and the copied auxiliary files, in plan order.

@@ -24,6 +24,25 @@ pub fn run(args: &InspectArgs) -> Result<()> {
     Ok(())
 }
 
+/// `, arch` (or nothing).
+fn arch_suffix(a: Option<&str>) -> String {
+    a.map(|a| format!(", {a}")).unwrap_or_default()
+}
+
+/// `AxBxC`.
+fn shape_text(shape: &[u64]) -> String {
+    shape
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join("x")
+}
+
+/// Width of a table's name column: the longest name, at least 4.
+fn first_column_width(lengths: impl Iterator<Item = usize>) -> usize {
+    lengths.max().unwrap_or(4).max(4)
+}
+
 /// True when the file starts with the container magic or is named `*.weights`.
 fn is_container(path: &Path) -> Result<bool> {
     use std::io::Read;
@@ -70,33 +89,19 @@ fn inspect_source(path: &Path, json: bool) -> Result<String> {
         "source: {} ({:?}{}), {} tensors, {} metadata keys, tied embeddings: {}",
         path.display(),
         cat.kind,
-        cat.architecture
-            .as_deref()
-            .map(|a| format!(", {a}"))
-            .unwrap_or_default(),
+        arch_suffix(cat.architecture.as_deref()),
         cat.tensors.len(),
         cat.gguf_metadata.len(),
         cat.tied_embeddings
     )?;
-    let w = cat
-        .tensors
-        .iter()
-        .map(|t| t.name.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
+    let w = first_column_width(cat.tensors.iter().map(|t| t.name.len()));
     writeln!(
         s,
         "{:<w$}  {:<15}  {:<14}  {:<7}  {:>12}  {:>10}",
         "tensor", "role", "shape", "dtype", "offset", "bytes"
     )?;
     for t in &cat.tensors {
-        let shape = t
-            .shape
-            .iter()
-            .map(u64::to_string)
-            .collect::<Vec<_>>()
-            .join("x");
+        let shape = shape_text(&t.shape);
         writeln!(
             s,
             "{:<w$}  {:<15}  {:<14}  {:<7}  {:>12}  {:>10}",
@@ -320,34 +325,23 @@ fn inspect_dir(dir: &Path, json: bool) -> Result<String> {
         s,
         "source:  {}{} [{}]  tied embeddings: {}",
         m.source.kind,
-        m.source
-            .architecture
-            .as_deref()
-            .map(|a| format!(", {a}"))
-            .unwrap_or_default(),
+        arch_suffix(m.source.architecture.as_deref()),
         files.join(", "),
         m.source.tied_embeddings
     )?;
     writeln!(s, "options: {}", m.options)?;
-    let w = m
-        .tensors
-        .iter()
-        .map(|e| e.file.as_deref().unwrap_or("(source)").len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
+    let w = first_column_width(
+        m.tensors
+            .iter()
+            .map(|e| e.file.as_deref().unwrap_or("(source)").len()),
+    );
     writeln!(
         s,
         "{:<w$}  {:<15}  {:<14}  {:<6}  {:<6}  {:<18}  {:>10}",
         "file", "role", "shape", "source", "prec", "layout", "bytes"
     )?;
     for e in &m.tensors {
-        let shape = e
-            .shape
-            .iter()
-            .map(u64::to_string)
-            .collect::<Vec<_>>()
-            .join("x");
+        let shape = shape_text(&e.shape);
         writeln!(
             s,
             "{:<w$}  {:<15}  {:<14}  {:<6}  {:<6}  {:<18}  {:>10}",

@@ -51,31 +51,21 @@ pub fn rows(
     t: &Tensor,
     dtype: TorchDtype,
     align: usize,
-    mut f: impl FnMut(usize, &[f32]) -> Result<()>,
+    f: impl FnMut(usize, &[f32]) -> Result<()>,
 ) -> Result<()> {
-    let ty = ggml_of(cat, t)?;
     let ncols = t.ncols() as usize;
     let nrows = t.nrows() as usize;
-    let data = cat.data(t);
-    let row_bytes = data.len().checked_div(nrows).unwrap_or(0);
+    let row_bytes = cat.data(t).len().checked_div(nrows).unwrap_or(0);
     let per_chunk = (CHUNK_BYTES / (ncols.max(1) as u64 * 4)).max(1) as usize;
     let per = (per_chunk / align).max(1) * align;
-    let mut buf = vec![0f32; per.min(nrows) * ncols];
-    let mut stats = MaterializeStats::default();
-    let mut row = 0;
-    while row < nrows {
-        let n = per.min(nrows - row);
-        let out = &mut buf[..n * ncols];
-        let src = &data[row * row_bytes..(row + n) * row_bytes];
-        let s = ggml_quants::materialize_rows(ty, src, ncols, dtype, out)
-            .with_context(|| at(cat, t))?;
-        stats.merge(&s, (row * ncols) as u64);
-        if stats.is_clean() {
-            f(row, out)?;
-        }
-        row += n;
-    }
-    check_stats(cat, t, &stats)
+    let units = Units {
+        count: nrows,
+        bytes: row_bytes,
+        values: ncols,
+        per,
+        decode_width: |_| ncols,
+    };
+    stream(cat, t, dtype, units, f)
 }
 
 /// Materialize a tensor as a flat sequence of values in spans of whole
@@ -88,24 +78,50 @@ pub fn values(
 ) -> Result<()> {
     let ty = ggml_of(cat, t)?;
     let bs = ty.block_size();
-    let block_bytes = ty.type_size();
+    let units = Units {
+        count: cat.data(t).len() / ty.type_size(),
+        bytes: ty.type_size(),
+        values: bs,
+        per: ((CHUNK_BYTES / 4) as usize / bs).max(1),
+        decode_width: |n| n * bs,
+    };
+    stream(cat, t, dtype, units, |_, v| f(v))
+}
+
+/// How a tensor is cut for [`stream`]: `count` units (rows or blocks) of
+/// `bytes` source bytes and `values` values, `per` units a chunk, decoded
+/// as rows of `decode_width(units)` values.
+struct Units<W: Fn(usize) -> usize> {
+    count: usize,
+    bytes: usize,
+    values: usize,
+    per: usize,
+    decode_width: W,
+}
+
+fn stream<W: Fn(usize) -> usize>(
+    cat: &Catalogue,
+    t: &Tensor,
+    dtype: TorchDtype,
+    u: Units<W>,
+    mut f: impl FnMut(usize, &[f32]) -> Result<()>,
+) -> Result<()> {
+    let ty = ggml_of(cat, t)?;
     let data = cat.data(t);
-    let blocks = data.len() / block_bytes;
-    let per = ((CHUNK_BYTES / 4) as usize / bs).max(1);
-    let mut buf = vec![0f32; per.min(blocks) * bs];
+    let mut buf = vec![0f32; u.per.min(u.count) * u.values];
     let mut stats = MaterializeStats::default();
-    let mut b = 0;
-    while b < blocks {
-        let n = per.min(blocks - b);
-        let out = &mut buf[..n * bs];
-        let src = &data[b * block_bytes..(b + n) * block_bytes];
-        let s = ggml_quants::materialize_rows(ty, src, n * bs, dtype, out)
+    let mut i = 0;
+    while i < u.count {
+        let n = u.per.min(u.count - i);
+        let out = &mut buf[..n * u.values];
+        let src = &data[i * u.bytes..(i + n) * u.bytes];
+        let s = ggml_quants::materialize_rows(ty, src, (u.decode_width)(n), dtype, out)
             .with_context(|| at(cat, t))?;
-        stats.merge(&s, (b * bs) as u64);
+        stats.merge(&s, (i * u.values) as u64);
         if stats.is_clean() {
-            f(out)?;
+            f(i, out)?;
         }
-        b += n;
+        i += n;
     }
     check_stats(cat, t, &stats)
 }

@@ -7,8 +7,8 @@ mod common;
 use std::path::Path;
 
 use common::{
-    convert, fixture, folder_contents, gguf_bytes, good_gguf, safetensors_bytes, stderr, TInfo,
-    MODELS,
+    assert_deterministic, convert, convert_into, entry, fixture, folder_contents, gguf_bytes,
+    good_gguf, manifest, safetensors_bytes, stderr, TInfo, MODELS,
 };
 
 #[test]
@@ -49,24 +49,7 @@ fn conversion_is_deterministic_across_runs_and_threads() {
         "models/tiny-llama-hf-bf16",
         "models/tiny-llama-Q4_K_M.gguf",
     ] {
-        let mut folders = Vec::new();
-        for (j, threads) in ["1", "2", "2"].iter().enumerate() {
-            let out = tmp.path().join(format!("{}-{j}", model.replace('/', "_")));
-            let o = convert([
-                fixture(model).as_os_str(),
-                out.as_os_str(),
-                "-q".as_ref(),
-                "--threads".as_ref(),
-                threads.as_ref(),
-                "--torch-dtype".as_ref(),
-                "bf16".as_ref(),
-                "--plain".as_ref(),
-            ]);
-            assert!(o.status.success(), "{model}: {}", stderr(&o));
-            folders.push(folder_contents(&out));
-        }
-        assert_eq!(folders[0], folders[1], "{model}: --threads 1 vs 2");
-        assert_eq!(folders[1], folders[2], "{model}: two runs");
+        assert_deterministic(tmp.path(), model, &["--torch-dtype", "bf16", "--plain"]);
     }
 }
 
@@ -75,13 +58,7 @@ fn float16_fails_naming_the_tensor_bf16_and_f32_succeed() {
     let tmp = tempfile::tempdir().unwrap();
     let model = fixture("models/tiny-llama-hf-bf16");
     let out = tmp.path().join("f16");
-    let o = convert([
-        model.as_os_str(),
-        out.as_os_str(),
-        "-q".as_ref(),
-        "--torch-dtype".as_ref(),
-        "float16".as_ref(),
-    ]);
+    let o = convert_into(&model, &out, &["--torch-dtype", "float16"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let err = stderr(&o);
     assert_eq!(err.lines().count(), 1, "one line: {err}");
@@ -90,24 +67,11 @@ fn float16_fails_naming_the_tensor_bf16_and_f32_succeed() {
     assert!(!out.exists(), "nothing left behind");
     for dt in ["bfloat16", "float32"] {
         let out = tmp.path().join(dt);
-        let o = convert([
-            model.as_os_str(),
-            out.as_os_str(),
-            "-q".as_ref(),
-            "--plain".as_ref(),
-            "--torch-dtype".as_ref(),
-            dt.as_ref(),
-        ]);
+        let o = convert_into(&model, &out, &["--plain", "--torch-dtype", dt]);
         assert!(o.status.success(), "{dt}: {}", stderr(&o));
         // The out-of-fp16 tensor is stored as FP32, not inf.
-        let m: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
-        let e = m["tensors"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["tensor"] == "model.layers.1.mlp.down_proj.weight")
-            .unwrap();
+        let m = manifest(&out);
+        let e = entry(&m, "model.layers.1.mlp.down_proj.weight");
         assert_eq!(e["precision"], "FP32", "{dt}");
     }
 }
@@ -122,12 +86,7 @@ fn output_folder_rules() {
     let o = convert([model.as_os_str(), out.as_os_str(), "-q".as_ref()]);
     assert_eq!(o.status.code(), Some(2), "non-empty needs --force");
     assert!(stderr(&o).contains("--force"));
-    let o = convert([
-        model.as_os_str(),
-        out.as_os_str(),
-        "-q".as_ref(),
-        "--force".as_ref(),
-    ]);
+    let o = convert_into(&model, &out, &["--force"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         out.join("keep.txt").exists(),
@@ -139,12 +98,7 @@ fn output_folder_rules() {
     for f in ["config.json", "model.safetensors"] {
         std::fs::copy(fixture("models/tiny-llama-hf-bf16").join(f), hf.join(f)).unwrap();
     }
-    let o = convert([
-        hf.as_os_str(),
-        hf.as_os_str(),
-        "-q".as_ref(),
-        "--force".as_ref(),
-    ]);
+    let o = convert_into(&hf, &hf, &["--force"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert_eq!(folder_contents(&hf).len(), 2, "input folder untouched");
 }
@@ -252,30 +206,15 @@ fn bad_gguf_inputs_exit_2() {
         &one(t("a.weight", &[33, 1], 8, 0)),
         "not a multiple",
     );
-    let dup = gguf_bytes(
-        3,
-        2,
-        0,
-        &[],
-        &[
+    let two = |second: &str, offset: u64| {
+        let ts = [
             TInfo::f32("a.weight", &[8, 4], 0),
-            TInfo::f32("a.weight", &[8, 4], 128),
-        ],
-        256,
-    );
-    expect_bad("dup.gguf", &dup, "duplicate tensor name");
-    let overlap = gguf_bytes(
-        3,
-        2,
-        0,
-        &[],
-        &[
-            TInfo::f32("a.weight", &[8, 4], 0),
-            TInfo::f32("b.weight", &[8, 4], 96),
-        ],
-        256,
-    );
-    expect_bad("overlap.gguf", &overlap, "overlaps");
+            TInfo::f32(second, &[8, 4], offset),
+        ];
+        gguf_bytes(3, 2, 0, &[], &ts, 256)
+    };
+    expect_bad("dup.gguf", &two("a.weight", 128), "duplicate tensor name");
+    expect_bad("overlap.gguf", &two("b.weight", 96), "overlaps");
     expect_bad(
         "tensors.gguf",
         &gguf_bytes(3, 1 << 60, 0, &[], &[], 0),
@@ -308,36 +247,42 @@ fn bad_safetensors_inputs_exit_2_naming_the_tensor() {
     beyond.extend_from_slice(&(1u64 << 40).to_le_bytes());
     beyond.extend_from_slice(b"{}");
     expect_bad("beyond.safetensors", &beyond, "exceeds");
-    let overlap = r#"{"a.weight":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"b.weight":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]}}"#;
-    expect_bad(
-        "overlap.safetensors",
-        &safetensors_bytes(overlap, 24),
-        "tensor 'b.weight': its data at 8 overlaps",
-    );
-    let dtype = r#"{"a.weight":{"dtype":"Q9","shape":[2],"data_offsets":[0,16]}}"#;
-    expect_bad(
-        "dtype.safetensors",
-        &safetensors_bytes(dtype, 16),
-        "tensor 'a.weight': unknown dtype \"Q9\"",
-    );
-    let trav = r#"{"../a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
-    expect_bad(
-        "trav.safetensors",
-        &safetensors_bytes(trav, 8),
-        "not allowed",
-    );
-    let short = r#"{"a.weight":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}}"#;
-    expect_bad(
-        "short.safetensors",
-        &safetensors_bytes(short, 8),
-        "tensor 'a.weight': data ends at 16, beyond",
-    );
-    let size = r#"{"a.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[0,16]}}"#;
-    expect_bad(
-        "size.safetensors",
-        &safetensors_bytes(size, 16),
-        "tensor 'a.weight': data_offsets [0, 16] span 16 bytes",
-    );
+    let cases = [
+        (
+            "overlap",
+            r#"{"a.weight":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"b.weight":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]}}"#,
+            24,
+            "tensor 'b.weight': its data at 8 overlaps",
+        ),
+        (
+            "dtype",
+            r#"{"a.weight":{"dtype":"Q9","shape":[2],"data_offsets":[0,16]}}"#,
+            16,
+            "tensor 'a.weight': unknown dtype \"Q9\"",
+        ),
+        (
+            "trav",
+            r#"{"../a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#,
+            8,
+            "not allowed",
+        ),
+        (
+            "short",
+            r#"{"a.weight":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}}"#,
+            8,
+            "tensor 'a.weight': data ends at 16, beyond",
+        ),
+        (
+            "size",
+            r#"{"a.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[0,16]}}"#,
+            16,
+            "tensor 'a.weight': data_offsets [0, 16] span 16 bytes",
+        ),
+    ];
+    for (name, header, data, needle) in cases {
+        let file = format!("{name}.safetensors");
+        expect_bad(&file, &safetensors_bytes(header, data), needle);
+    }
 }
 
 #[test]
@@ -371,12 +316,7 @@ fn bad_hf_folders_exit_2() {
 fn bad_container_files_exit_2_in_inspect() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("o");
-    let o = convert([
-        fixture("models/tiny-llama-f32.gguf").as_os_str(),
-        out.as_os_str(),
-        "-q".as_ref(),
-        "--plain".as_ref(),
-    ]);
+    let o = convert_into(&fixture("models/tiny-llama-f32.gguf"), &out, &["--plain"]);
     assert!(o.status.success());
     let good = std::fs::read(out.join("blk.0.attn_q.weight.weights")).unwrap();
     let check = |name: &str, bytes: Vec<u8>, needle: &str| {

@@ -5,7 +5,9 @@ mod common;
 
 use std::path::Path;
 
-use common::{convert, fixture, folder_contents, gguf_bytes, manifest, stderr, TInfo};
+use common::{
+    assert_deterministic, convert, convert_into, fixture, gguf_bytes, manifest, stderr, TInfo,
+};
 use model_sources::Catalogue;
 use weights_file::{interleave, WeightsFile};
 
@@ -51,13 +53,7 @@ fn sidecar_folders_unpack_to_the_source_tensors() {
         let src = Catalogue::open(&path).unwrap();
         for factor in ["4", "8"] {
             let out = tmp.path().join(format!("{model}-{factor}"));
-            let o = convert([
-                path.as_os_str(),
-                out.as_os_str(),
-                "-q".as_ref(),
-                "--interleave".as_ref(),
-                factor.as_ref(),
-            ]);
+            let o = convert_into(&path, &out, &["--interleave", factor]);
             assert!(o.status.success(), "{model}: {}", stderr(&o));
             let n = unpack_and_compare(&out, &src, str::to_string);
             assert_eq!(n, 16, "{model} R{factor}: every 2-D tensor has a sidecar");
@@ -85,13 +81,7 @@ fn qtype_from_f32_gives_llama_cpp_bytes() {
     let f32_model = fixture("models/tiny-llama-f32.gguf");
     for (q, model) in [("q8_0", "Q8_0"), ("q6_k", "Q6_K")] {
         let out = tmp.path().join(q);
-        let o = convert([
-            f32_model.as_os_str(),
-            out.as_os_str(),
-            "-q".as_ref(),
-            "--qtype".as_ref(),
-            q.as_ref(),
-        ]);
+        let o = convert_into(&f32_model, &out, &["--qtype", q]);
         assert!(o.status.success(), "{q}: {}", stderr(&o));
         let reference =
             Catalogue::open(&fixture(&format!("models/tiny-llama-{model}.gguf"))).unwrap();
@@ -117,19 +107,7 @@ fn sidecar_conversion_is_deterministic() {
             vec!["--qtype", "q5_k", "--interleave", "4"],
         ),
     ] {
-        let mut folders = Vec::new();
-        for (j, threads) in ["1", "2", "2"].iter().enumerate() {
-            let out = tmp.path().join(format!("{}-{j}", model.replace('/', "_")));
-            let mut args: Vec<std::ffi::OsString> = vec![fixture(model).into(), out.clone().into()];
-            for a in ["-q", "--threads", threads].iter().chain(extra.iter()) {
-                args.push(a.into());
-            }
-            let o = convert(&args);
-            assert!(o.status.success(), "{model}: {}", stderr(&o));
-            folders.push(folder_contents(&out));
-        }
-        assert_eq!(folders[0], folders[1], "{model}: --threads 1 vs 2");
-        assert_eq!(folders[1], folders[2], "{model}: two runs");
+        assert_deterministic(tmp.path(), model, &extra);
     }
 }
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{convert, fixture, gguf_bytes, manifest, stderr, TInfo};
+use common::{convert, convert_into, entry, fixture, gguf_bytes, manifest, stderr, TInfo};
 use sha2::{Digest, Sha256};
 
 fn sha(p: &Path) -> String {
@@ -72,20 +72,22 @@ fn no_staging_left(parent: &Path) {
     }
 }
 
-fn copy_model(dir: &Path) -> PathBuf {
-    let m = dir.join("model.gguf");
+/// A scratch folder with a copy of the f32 fixture model: (folder, model,
+/// the model's sha256, an output path that does not exist yet).
+fn scratch() -> (tempfile::TempDir, PathBuf, String, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("model.gguf");
     std::fs::copy(fixture("models/tiny-llama-f32.gguf"), &m).unwrap();
-    m
+    let before = sha(&m);
+    let out = tmp.path().join("out");
+    (tmp, m, before, out)
 }
 
 // ---------------------------------------------------------------- 1. data
 
 #[test]
 fn planted_symlinks_are_never_followed() {
-    let tmp = tempfile::tempdir().unwrap();
-    let model = copy_model(tmp.path());
-    let before = sha(&model);
-    let out = tmp.path().join("out");
+    let (tmp, model, before, out) = scratch();
     assert!(run(&[&model, &out, &"-q", &"--plain"]).status.success());
     // Plant links named like every temporary the next run could create.
     for e in std::fs::read_dir(&out).unwrap() {
@@ -255,10 +257,7 @@ fn sigint_and_sigterm_remove_the_staging_folder_and_exit_130_143() {
 
 #[test]
 fn a_full_disk_exits_1_naming_the_output_file_and_leaves_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let model = copy_model(tmp.path());
-    let before = sha(&model);
-    let out = tmp.path().join("out");
+    let (tmp, model, before, out) = scratch();
     // RLIMIT_FSIZE makes writes past 64 KiB fail with EFBIG, like a full
     // disk (SIGXFSZ ignored, which exec keeps).
     let o = Command::new("sh")
@@ -450,11 +449,7 @@ fn bad_values_exit_2_in_every_mode() {
         );
         for mode in [&["--bits", "4"][..], &["--qtype", "q8_0"]] {
             let out = tmp.path().join("out");
-            let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&p, &out, &"-q"];
-            for m in mode {
-                args.push(m);
-            }
-            let o = run(&args);
+            let o = convert_into(&p, &out, mode);
             expect_error(&o, 2, &["blk.0.attn_q.weight"]);
             assert!(!out.exists());
         }
@@ -630,19 +625,10 @@ fn non_float_buffers_are_carried_in_every_mode() {
         &["--qtype", "q8_0"],
     ] {
         let out = tmp.path().join(format!("out{}", mode.join("")));
-        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&dir, &out, &"-q"];
-        for m in mode {
-            args.push(m);
-        }
-        let o = run(&args);
+        let o = convert_into(&dir, &out, mode);
         assert!(o.status.success(), "{mode:?}: {}", stderr(&o));
         let m = manifest(&out);
-        let pos = m["tensors"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["tensor"] == "position_ids")
-            .unwrap();
+        let pos = entry(&m, "position_ids");
         if let Some(file) = pos["file"].as_str() {
             assert_eq!(pos["precision"], "I64");
             // The raw file holds the source bytes exactly.
@@ -689,11 +675,7 @@ fn tiny_tensors_never_raise_a_false_alarm() {
             &["--qtype", "q4_k"],
         ] {
             let out = tmp.path().join(format!("o{seed}{}", mode.join("")));
-            let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&p, &out, &"-q"];
-            for m in mode {
-                args.push(m);
-            }
-            let o = run(&args);
+            let o = convert_into(&p, &out, mode);
             assert!(o.status.success(), "seed {seed} {mode:?}: {}", stderr(&o));
         }
     }
@@ -716,11 +698,7 @@ fn every_header_bit_flip_is_caught_without_the_hash() {
     .enumerate()
     {
         let out = tmp.path().join(format!("o{i}"));
-        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&model, &out, &"-q"];
-        for m in *mode {
-            args.push(m);
-        }
-        assert!(run(&args).status.success());
+        assert!(convert_into(&model, &out, mode).status.success());
         for e in manifest(&out)["tensors"].as_array().unwrap() {
             let (Some(f), layout) = (e["file"].as_str(), e["layout"].as_str().unwrap()) else {
                 continue;

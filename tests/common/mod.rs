@@ -38,6 +38,13 @@ where
         .expect("run convert")
 }
 
+/// `convert INPUT OUT -q OPTS...` (a conversion, quiet).
+pub fn convert_into(input: &Path, out: &Path, opts: &[&str]) -> Output {
+    let mut args: Vec<&std::ffi::OsStr> = vec![input.as_os_str(), out.as_os_str(), "-q".as_ref()];
+    args.extend(opts.iter().map(|o| std::ffi::OsStr::new(*o)));
+    convert(args)
+}
+
 /// stderr as text.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -146,4 +153,30 @@ pub fn safetensors_bytes(header: &str, data_len: usize) -> Vec<u8> {
 /// A bundle's manifest.json as JSON.
 pub fn manifest(dir: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap()
+}
+
+/// The manifest entry of `tensor`.
+pub fn entry<'m>(manifest: &'m serde_json::Value, tensor: &str) -> &'m serde_json::Value {
+    manifest["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["tensor"] == tensor)
+        .unwrap_or_else(|| panic!("no manifest entry for {tensor}"))
+}
+
+/// Converting `model` with `opts` gives byte-identical folders with
+/// `--threads 1`, `--threads 2` and a second `--threads 2` run.
+pub fn assert_deterministic(tmp: &Path, model: &str, opts: &[&str]) {
+    let mut folders = Vec::new();
+    for (j, threads) in ["1", "2", "2"].iter().enumerate() {
+        let out = tmp.join(format!("{}-{}-{j}", model.replace('/', "_"), opts.join("")));
+        let mut all = vec!["--threads", threads];
+        all.extend_from_slice(opts);
+        let o = convert_into(&fixture(model), &out, &all);
+        assert!(o.status.success(), "{model} {opts:?}: {}", stderr(&o));
+        folders.push(folder_contents(&out));
+    }
+    assert_eq!(folders[0], folders[1], "{model} {opts:?}: --threads 1 vs 2");
+    assert_eq!(folders[1], folders[2], "{model} {opts:?}: two runs");
 }

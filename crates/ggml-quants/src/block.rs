@@ -1,8 +1,9 @@
 //! The [`BlockFormat`] trait every quantized block format implements, and
 //! small byte helpers for (de)serializing `#[repr(C)]` blocks without unsafe.
 
+use crate::error::QuantError;
 use crate::float::FieldOverflow;
-use crate::{GgmlType, QuantError};
+use crate::types::GgmlType;
 
 /// One ggml block-quantized format: its block struct, how to read/write the
 /// block from/to its on-disk bytes, and ggml's reference decode and encode.
@@ -120,19 +121,19 @@ macro_rules! impl_block_format {
         const _: () = assert!(::std::mem::align_of::<$block>() == 1);
 
         impl $crate::block::BlockFormat for $marker {
-            const TYPE: $crate::GgmlType = $ty;
+            const TYPE: $crate::types::GgmlType = $ty;
             const QK: usize = $qk;
             const BYTES: usize = $bytes;
             type Block = $block;
 
-            fn read(bytes: &[u8]) -> Result<$block, $crate::QuantError> {
+            fn read(bytes: &[u8]) -> Result<$block, $crate::error::QuantError> {
                 let arr: &[u8; $bytes] = bytes.try_into().map_err(|_| {
                     $crate::block::block_len_error($ty, "block bytes", $bytes, bytes.len())
                 })?;
                 Ok($block::from_bytes(arr))
             }
 
-            fn write(block: &$block, out: &mut [u8]) -> Result<(), $crate::QuantError> {
+            fn write(block: &$block, out: &mut [u8]) -> Result<(), $crate::error::QuantError> {
                 let len = out.len();
                 let arr: &mut [u8; $bytes] = out
                     .try_into()
@@ -141,7 +142,7 @@ macro_rules! impl_block_format {
                 Ok(())
             }
 
-            fn decode(block: &$block, out: &mut [f32]) -> Result<(), $crate::QuantError> {
+            fn decode(block: &$block, out: &mut [f32]) -> Result<(), $crate::error::QuantError> {
                 let len = out.len();
                 let arr: &mut [f32; $qk] = out
                     .try_into()

@@ -1,6 +1,6 @@
 //! The one error type of the crate.
 
-use crate::GgmlType;
+use crate::types::GgmlType;
 
 /// Which direction of conversion an [`QuantError::Unsupported`] refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -9,7 +9,7 @@
 
 use crate::block::{impl_block_format, ByteReader, ByteWriter};
 use crate::float::{fp16_to_f32, scale_to_fp16, FieldOverflow};
-use crate::GgmlType;
+use crate::types::GgmlType;
 
 /// Weights per super-block (`QK_K`).
 pub const QK_K: usize = 256;

@@ -6,7 +6,7 @@ use crate::error::{Op, QuantError};
 use crate::float::{bf16_to_f32, f32_to_bf16, f32_to_fp16, fp16_to_f32};
 use crate::k_quants::{Q4K, Q5K, Q6K};
 use crate::legacy::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
-use crate::GgmlType;
+use crate::types::GgmlType;
 
 /// True when [`dequantize_rows`] implements `ty`.
 pub fn supports_decode(ty: GgmlType) -> bool {

@@ -6,19 +6,7 @@
 use rayon::prelude::*;
 
 use kernels::panel::GROUP;
-use kernels::{FloatMatrix, Gemv, GgmlMatrix, KernelError, PanelMatrix};
-
-fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), KernelError> {
-    if expected == got {
-        Ok(())
-    } else {
-        Err(KernelError::Length {
-            what,
-            expected,
-            got,
-        })
-    }
-}
+use kernels::{check_len, FloatMatrix, Gemv, GgmlMatrix, KernelError, PanelMatrix};
 
 /// An oracle result.
 #[derive(Debug, Clone, PartialEq)]

@@ -32,7 +32,7 @@
 //!
 //! That the kernel's activations are faithful to `x` is checked element by
 //! element against the quantizer's own rounding bound (`kernels::format`
-//! `act_tolerance`; CQ4: the f32 rotation against an f64 rotation of `x`
+//! `ActBlock::tolerance`; CQ4: the f32 rotation against an f64 rotation of `x`
 //! with its error bound, and `|q s - z| <= s (0.5 + 2^-14)`).
 //!
 //! # End to end (information)
@@ -45,25 +45,14 @@
 use rayon::prelude::*;
 
 use kernels::act::{quantize_groups, Cq4Act};
-use kernels::format::{GgmlFormat, Q4K, Q5K, Q5_0, Q6K, Q8_0};
+use kernels::format::{ActBlock, GgmlFormat, Q4K, Q5K, Q5_0, Q6K, Q8_0};
 use kernels::panel::GROUP;
-use kernels::{FloatMatrix, Gemv, GgmlMatrix, Isa, KernelError, Matrix, PanelMatrix, QuantFormat};
+use kernels::{
+    check_len, FloatMatrix, Gemv, GgmlMatrix, Isa, KernelError, Matrix, PanelMatrix, QuantFormat,
+};
 use weights_file::fp16::{f16_bits_to_f32, f16_bits_to_f64};
 
 use crate::rotation::{factored, rotated_exact};
-
-/// `Err(Length)` unless `got == expected`.
-fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), KernelError> {
-    if expected == got {
-        Ok(())
-    } else {
-        Err(KernelError::Length {
-            what,
-            expected,
-            got,
-        })
-    }
-}
 
 pub use crate::bounds::{gamma, TINY, U};
 
@@ -196,13 +185,13 @@ fn ratio(a: f64, x: f64, tol: f64) -> f64 {
 fn ggml<F: GgmlFormat>(m: &GgmlMatrix<'_>, x: &[f32]) -> Result<Reference, KernelError> {
     let (k, nb) = (m.cols(), m.blocks_per_row());
     let mut act = vec![F::Act::default(); nb];
-    F::quantize_act(x, &mut act)?;
+    F::Act::quantize(x, &mut act)?;
     let mut a = vec![0f64; k];
     let mut act_ratio = 0f64;
     for (b, blk) in act.iter().enumerate() {
-        let tol = F::act_tolerance(blk);
+        let tol = blk.tolerance();
         for i in 0..F::QK {
-            let v = F::act_value(blk, i);
+            let v = blk.value(i);
             a[b * F::QK + i] = v;
             act_ratio = act_ratio.max(ratio(v, f64::from(x[b * F::QK + i]), tol));
         }

@@ -10,30 +10,8 @@ use common::*;
 use kernel_check::oracle::{compare, ggml_oracle, panel_oracle, panel_oracle_factored};
 use kernels::ggml::ALL_FORMATS;
 use kernels::{
-    available, Exec, Gemv, GgmlMatrix, Isa, PanelMatrix, QuantFormat, RotationFamily as Family,
-    RowLayout, Workspace,
+    available, GgmlMatrix, Isa, PanelMatrix, QuantFormat, RotationFamily as Family, RowLayout,
 };
-
-fn run(m: &dyn Gemv, x: &[f32], isa: Isa, parallel: bool) -> Vec<f32> {
-    let mut y = vec![f32::NAN; m.rows()];
-    let mut ws = Workspace::new();
-    m.gemv(x, &mut y, &mut ws, Exec::new(isa, parallel))
-        .unwrap();
-    y
-}
-
-/// (rows, blocks per row) of the ggml matrices.
-const GGML_SHAPES: [(usize, usize); 9] = [
-    (1, 1),
-    (3, 2),
-    (5, 3),
-    (7, 90),
-    (8, 1),
-    (9, 90),
-    (17, 5),
-    (33, 4),
-    (71, 2),
-];
 
 /// End-to-end relative-L2 error of the kernels against unquantized
 /// activations on these Gaussian test matrices (the 8-bit activation

@@ -38,6 +38,26 @@ pub(crate) fn rows_per_task(n: usize, unit: usize, parallel: bool) -> usize {
     n.div_ceil(tasks).div_ceil(unit).max(1) * unit
 }
 
+/// Run `task(first_row, rows)` over `y` split into chunks of a multiple of
+/// `unit` rows ([`rows_per_task`]), in parallel when `exec.parallel`. A
+/// row's value never depends on the split.
+pub(crate) fn split_rows(
+    y: &mut [f32],
+    unit: usize,
+    exec: Exec,
+    task: impl Fn(usize, &mut [f32]) + Sync,
+) {
+    use rayon::prelude::*;
+    let per_task = rows_per_task(y.len(), unit, exec.parallel);
+    if per_task >= y.len() {
+        task(0, y);
+    } else {
+        y.par_chunks_mut(per_task)
+            .enumerate()
+            .for_each(|(t, ys)| task(t * per_task, ys));
+    }
+}
+
 static SCALAR: Kernels = Kernels {
     isa: Isa::Scalar,
     q8_0: crate::scalar::q8_0_group,

@@ -65,11 +65,7 @@ impl KernelError {
 }
 
 /// `Err(Length)` unless `got == expected`.
-pub(crate) fn check_len(
-    what: &'static str,
-    expected: usize,
-    got: usize,
-) -> Result<(), KernelError> {
+pub fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), KernelError> {
     if expected == got {
         Ok(())
     } else {

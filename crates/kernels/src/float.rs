@@ -3,10 +3,9 @@
 //! There is one (scalar) implementation: these files are not a kernel
 //! target of this crate.
 
-use rayon::prelude::*;
 use weights_file::{Precision, WeightsFile};
 
-use crate::dispatch::Exec;
+use crate::dispatch::{split_rows, Exec};
 use crate::error::{check_len, KernelError};
 use crate::gemv::Gemv;
 use crate::workspace::Workspace;
@@ -120,15 +119,11 @@ impl Gemv for FloatMatrix<'_> {
     ) -> Result<(), KernelError> {
         check_len("x", self.k, x.len())?;
         check_len("y", self.n, y.len())?;
-        if exec.parallel {
-            y.par_iter_mut()
-                .enumerate()
-                .for_each(|(r, o)| *o = self.row_dot(r, x));
-        } else {
-            for (r, o) in y.iter_mut().enumerate() {
-                *o = self.row_dot(r, x);
+        split_rows(y, 1, exec, |first, ys| {
+            for (i, o) in ys.iter_mut().enumerate() {
+                *o = self.row_dot(first + i, x);
             }
-        }
+        });
         Ok(())
     }
 }

@@ -30,6 +30,70 @@ use crate::blocks::{q4_k, q5_0, q5_k, q6_k, q8_0, Q4KView, Q5KView, Q5_0View, Q6
 use crate::error::KernelError;
 use crate::table::{GroupFn, Kernels};
 
+/// An activation block type (Q8_0 for the legacy formats, Q8_K for the
+/// k-quants): how `x` is quantized and what each quant stands for.
+pub trait ActBlock: Copy + Default + Send + Sync + 'static {
+    /// Activations per block.
+    const QK: usize;
+    /// Quantize `x` (`QK * out.len()` values) into blocks.
+    fn quantize(x: &[f32], out: &mut [Self]) -> Result<(), KernelError>;
+    /// The block scale `d_a` (as the kernels multiply with it).
+    fn d(&self) -> f32;
+    /// Quant `i`.
+    fn q(&self, i: usize) -> i8;
+    /// Value of activation `i` (`d_a * q_i`, exact in f64).
+    fn value(&self, i: usize) -> f64 {
+        f64::from(self.d()) * f64::from(self.q(i))
+    }
+    /// The largest `|d_a * q_i - x_i|` the quantizer can leave (round to
+    /// nearest, plus the rounding of its scale).
+    fn tolerance(&self) -> f64;
+}
+
+/// Unit roundoff of f32.
+const U32: f64 = 1.0 / (1u64 << 24) as f64;
+
+impl ActBlock for ActQ8_0 {
+    const QK: usize = 32;
+    fn quantize(x: &[f32], out: &mut [Self]) -> Result<(), KernelError> {
+        quantize_q8_0(x, out)
+    }
+    fn d(&self) -> f32 {
+        self.d
+    }
+    fn q(&self, i: usize) -> i8 {
+        self.qs[i]
+    }
+    /// ggml's Q8_0 quantizer: `d = amax / 127` (f32), `q = round(x * (1 /
+    /// d))`, `d` stored as fp16. `|q - x / d| <= 0.5 + 255u` (two f32
+    /// roundings of a value below 128), and `|fp16(d) - d|` is at most
+    /// `2^-11 |d|` (normal) or `2^-25` (subnormal), times `|q| <= 127.5`.
+    fn tolerance(&self) -> f64 {
+        let d = f64::from(self.d).abs();
+        let d_err = (d * (1.0 / 2048.0)).max(1.0 / (1u64 << 25) as f64) * 1.0005;
+        (d + d_err) * (0.5 + 255.0 * U32) + 127.5 * d_err
+    }
+}
+
+impl ActBlock for BlockQ8K {
+    const QK: usize = 256;
+    fn quantize(x: &[f32], out: &mut [Self]) -> Result<(), KernelError> {
+        quantize_q8_k(x, out)
+    }
+    fn d(&self) -> f32 {
+        self.d
+    }
+    fn q(&self, i: usize) -> i8 {
+        self.qs[i]
+    }
+    /// ggml's Q8_K quantizer: `iscale = -127 / max`, `q = nearest_int(iscale
+    /// * x)`, `d = 1 / iscale` (all f32): `|q - x iscale| <= 0.5 + 127u` and
+    /// `|d iscale - 1| <= u` with `|x| <= 127 |d| (1 + u)`.
+    fn tolerance(&self) -> f64 {
+        f64::from(self.d).abs() * (0.5 + 260.0 * U32)
+    }
+}
+
 /// One ggml block format and its activation type.
 pub trait GgmlFormat: Copy + Send + Sync + 'static {
     /// The ggml type.
@@ -39,25 +103,41 @@ pub trait GgmlFormat: Copy + Send + Sync + 'static {
     /// Bytes per block.
     const BYTES: usize;
     /// The activation block type (Q8_0 or Q8_K).
-    type Act: Copy + Default + Send + Sync + 'static;
-    /// Quantize `x` (`QK * out.len()` values) into activation blocks.
-    fn quantize_act(x: &[f32], out: &mut [Self::Act]) -> Result<(), KernelError>;
+    type Act: ActBlock;
+    /// Blocks carry mins (`dmin`, `M`): Q4_K, Q5_K.
+    const HAS_MINS: bool;
     /// The exact integer parts `(S, M)` of one block (`M = 0` for formats
     /// without mins). `w` holds at least one block.
     fn block_ints(w: &[u8], a: &Self::Act) -> (i32, i32);
-    /// The f32 contribution of one block (see the module table).
-    fn block_contrib(w: &[u8], a: &Self::Act) -> f32;
-    /// The two products of the contribution before the kernel rounds them,
-    /// in f64: `(S * d * d_a, M * dmin * d_a)` (see the module table). Their
-    /// magnitudes bound the kernel's rounding error ([`crate::reference`]).
-    fn block_terms(w: &[u8], a: &Self::Act) -> (f64, f64);
-    /// Value of activation `i` of a block (`d_a * q_i`, exact in f64).
-    fn act_value(a: &Self::Act, i: usize) -> f64;
-    /// The largest `|d_a * q_i - x_i|` the activation quantizer can leave
-    /// (round to nearest, plus the rounding of its scale).
-    fn act_tolerance(a: &Self::Act) -> f64;
+    /// The block's `(d, dmin)` (`dmin = 0` for formats without mins).
+    fn block_scales(w: &[u8]) -> (f32, f32);
     /// This format's group kernel in a tier's table.
     fn kernel(k: &Kernels) -> GroupFn<Self::Act>;
+
+    /// The f32 contribution of one block (see the module table): `S * (d *
+    /// d_a)`, minus `M * (dmin * d_a)` for formats with mins.
+    fn block_contrib(w: &[u8], a: &Self::Act) -> f32 {
+        let (s, m) = Self::block_ints(w, a);
+        let (d, dmin) = Self::block_scales(w);
+        if Self::HAS_MINS {
+            s as f32 * (d * a.d()) - m as f32 * (dmin * a.d())
+        } else {
+            s as f32 * (d * a.d())
+        }
+    }
+
+    /// The two products of the contribution before the kernel rounds them,
+    /// in f64: `(S * d * d_a, M * dmin * d_a)`. Their magnitudes bound the
+    /// kernel's rounding error (the `kernel-check` crate).
+    fn block_terms(w: &[u8], a: &Self::Act) -> (f64, f64) {
+        let (s, m) = Self::block_ints(w, a);
+        let (d, dmin) = Self::block_scales(w);
+        let da = f64::from(a.d());
+        (
+            f64::from(s) * f64::from(d) * da,
+            f64::from(m) * f64::from(dmin) * da,
+        )
+    }
 }
 
 /// Marker: Q8_0 weights.
@@ -76,26 +156,6 @@ pub struct Q5K;
 #[derive(Debug, Clone, Copy)]
 pub struct Q6K;
 
-/// Unit roundoff of f32.
-const U32: f64 = 1.0 / (1u64 << 24) as f64;
-
-/// ggml's Q8_0 activation quantizer: `d = amax / 127` (f32), `q =
-/// round(x * (1 / d))`, `d` stored as fp16. `|q - x / d| <= 0.5 + 255u`
-/// (two f32 roundings of a value below 128), and `|fp16(d) - d|` is at most
-/// `2^-11 |d|` (normal) or `2^-25` (subnormal), times `|q| <= 127.5`.
-fn q8_0_act_tolerance(a: &ActQ8_0) -> f64 {
-    let d = f64::from(a.d).abs();
-    let d_err = (d * (1.0 / 2048.0)).max(1.0 / (1u64 << 25) as f64) * 1.0005;
-    (d + d_err) * (0.5 + 255.0 * U32) + 127.5 * d_err
-}
-
-/// ggml's Q8_K activation quantizer: `iscale = -127 / max`, `q =
-/// nearest_int(iscale * x)`, `d = 1 / iscale` (all f32): `|q - x iscale| <=
-/// 0.5 + 127u` and `|d iscale - 1| <= u` with `|x| <= 127 |d| (1 + u)`.
-fn q8_k_act_tolerance(a: &BlockQ8K) -> f64 {
-    f64::from(a.d).abs() * (0.5 + 260.0 * U32)
-}
-
 fn view<'a, T>(w: &'a [u8], f: impl FnOnce(&'a [u8]) -> Option<T>) -> T {
     // Callers (RowGroup::block) always pass whole blocks.
     f(w).expect("a whole weight block")
@@ -106,10 +166,7 @@ impl GgmlFormat for Q8_0 {
     const QK: usize = q8_0::QK;
     const BYTES: usize = q8_0::BYTES;
     type Act = ActQ8_0;
-
-    fn quantize_act(x: &[f32], out: &mut [ActQ8_0]) -> Result<(), KernelError> {
-        quantize_q8_0(x, out)
-    }
+    const HAS_MINS: bool = false;
 
     fn block_ints(w: &[u8], a: &ActQ8_0) -> (i32, i32) {
         let w = view(w, Q8_0View::new);
@@ -120,24 +177,8 @@ impl GgmlFormat for Q8_0 {
         (s, 0)
     }
 
-    fn block_contrib(w: &[u8], a: &ActQ8_0) -> f32 {
-        let (s, _) = Self::block_ints(w, a);
-        let d = view(w, Q8_0View::new).d();
-        s as f32 * (d * a.d)
-    }
-
-    fn block_terms(w: &[u8], a: &ActQ8_0) -> (f64, f64) {
-        let (s, _) = Self::block_ints(w, a);
-        let d = view(w, Q8_0View::new).d();
-        (f64::from(s) * f64::from(d) * f64::from(a.d), 0.0)
-    }
-
-    fn act_value(a: &ActQ8_0, i: usize) -> f64 {
-        f64::from(a.d) * f64::from(a.qs[i])
-    }
-
-    fn act_tolerance(a: &ActQ8_0) -> f64 {
-        q8_0_act_tolerance(a)
+    fn block_scales(w: &[u8]) -> (f32, f32) {
+        (view(w, Q8_0View::new).d(), 0.0)
     }
 
     fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
@@ -150,10 +191,7 @@ impl GgmlFormat for Q5_0 {
     const QK: usize = q5_0::QK;
     const BYTES: usize = q5_0::BYTES;
     type Act = ActQ8_0;
-
-    fn quantize_act(x: &[f32], out: &mut [ActQ8_0]) -> Result<(), KernelError> {
-        quantize_q8_0(x, out)
-    }
+    const HAS_MINS: bool = false;
 
     fn block_ints(w: &[u8], a: &ActQ8_0) -> (i32, i32) {
         let w = view(w, Q5_0View::new);
@@ -164,24 +202,8 @@ impl GgmlFormat for Q5_0 {
         (s, 0)
     }
 
-    fn block_contrib(w: &[u8], a: &ActQ8_0) -> f32 {
-        let (s, _) = Self::block_ints(w, a);
-        let d = view(w, Q5_0View::new).d();
-        s as f32 * (d * a.d)
-    }
-
-    fn block_terms(w: &[u8], a: &ActQ8_0) -> (f64, f64) {
-        let (s, _) = Self::block_ints(w, a);
-        let d = view(w, Q5_0View::new).d();
-        (f64::from(s) * f64::from(d) * f64::from(a.d), 0.0)
-    }
-
-    fn act_value(a: &ActQ8_0, i: usize) -> f64 {
-        f64::from(a.d) * f64::from(a.qs[i])
-    }
-
-    fn act_tolerance(a: &ActQ8_0) -> f64 {
-        q8_0_act_tolerance(a)
+    fn block_scales(w: &[u8]) -> (f32, f32) {
+        (view(w, Q5_0View::new).d(), 0.0)
     }
 
     fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
@@ -189,53 +211,36 @@ impl GgmlFormat for Q5_0 {
     }
 }
 
+/// `(S, M)` of a Q4_K / Q5_K block: 8 sub-blocks of 32 with 6-bit scales
+/// and mins; `v(i)` the unsigned value of weight `i`.
+fn k4_ints((sc, m): ([u8; 8], [u8; 8]), v: impl Fn(usize) -> i32, a: &BlockQ8K) -> (i32, i32) {
+    let (mut s, mut mm) = (0i32, 0i32);
+    for j in 0..8 {
+        let mut dot = 0i32;
+        for i in 32 * j..32 * j + 32 {
+            dot += v(i) * a.qs[i] as i32;
+        }
+        s += sc[j] as i32 * dot;
+        mm += m[j] as i32 * (a.bsums[2 * j] as i32 + a.bsums[2 * j + 1] as i32);
+    }
+    (s, mm)
+}
+
 impl GgmlFormat for Q4K {
     const TYPE: GgmlType = GgmlType::Q4_K;
     const QK: usize = q4_k::QK;
     const BYTES: usize = q4_k::BYTES;
     type Act = BlockQ8K;
-
-    fn quantize_act(x: &[f32], out: &mut [BlockQ8K]) -> Result<(), KernelError> {
-        quantize_q8_k(x, out)
-    }
+    const HAS_MINS: bool = true;
 
     fn block_ints(w: &[u8], a: &BlockQ8K) -> (i32, i32) {
         let w = view(w, Q4KView::new);
-        let (sc, m) = w.scales_mins();
-        let (mut s, mut mm) = (0i32, 0i32);
-        for j in 0..8 {
-            let mut dot = 0i32;
-            for i in 32 * j..32 * j + 32 {
-                dot += w.v(i) * a.qs[i] as i32;
-            }
-            s += sc[j] as i32 * dot;
-            mm += m[j] as i32 * (a.bsums[2 * j] as i32 + a.bsums[2 * j + 1] as i32);
-        }
-        (s, mm)
+        k4_ints(w.scales_mins(), |i| w.v(i), a)
     }
 
-    fn block_contrib(w: &[u8], a: &BlockQ8K) -> f32 {
-        let (s, m) = Self::block_ints(w, a);
+    fn block_scales(w: &[u8]) -> (f32, f32) {
         let v = view(w, Q4KView::new);
-        s as f32 * (v.d() * a.d) - m as f32 * (v.dmin() * a.d)
-    }
-
-    fn block_terms(w: &[u8], a: &BlockQ8K) -> (f64, f64) {
-        let (s, m) = Self::block_ints(w, a);
-        let v = view(w, Q4KView::new);
-        let da = f64::from(a.d);
-        (
-            f64::from(s) * f64::from(v.d()) * da,
-            f64::from(m) * f64::from(v.dmin()) * da,
-        )
-    }
-
-    fn act_value(a: &BlockQ8K, i: usize) -> f64 {
-        f64::from(a.d) * f64::from(a.qs[i])
-    }
-
-    fn act_tolerance(a: &BlockQ8K) -> f64 {
-        q8_k_act_tolerance(a)
+        (v.d(), v.dmin())
     }
 
     fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
@@ -248,48 +253,16 @@ impl GgmlFormat for Q5K {
     const QK: usize = q5_k::QK;
     const BYTES: usize = q5_k::BYTES;
     type Act = BlockQ8K;
-
-    fn quantize_act(x: &[f32], out: &mut [BlockQ8K]) -> Result<(), KernelError> {
-        quantize_q8_k(x, out)
-    }
+    const HAS_MINS: bool = true;
 
     fn block_ints(w: &[u8], a: &BlockQ8K) -> (i32, i32) {
         let w = view(w, Q5KView::new);
-        let (sc, m) = w.scales_mins();
-        let (mut s, mut mm) = (0i32, 0i32);
-        for j in 0..8 {
-            let mut dot = 0i32;
-            for i in 32 * j..32 * j + 32 {
-                dot += w.v(i) * a.qs[i] as i32;
-            }
-            s += sc[j] as i32 * dot;
-            mm += m[j] as i32 * (a.bsums[2 * j] as i32 + a.bsums[2 * j + 1] as i32);
-        }
-        (s, mm)
+        k4_ints(w.scales_mins(), |i| w.v(i), a)
     }
 
-    fn block_contrib(w: &[u8], a: &BlockQ8K) -> f32 {
-        let (s, m) = Self::block_ints(w, a);
+    fn block_scales(w: &[u8]) -> (f32, f32) {
         let v = view(w, Q5KView::new);
-        s as f32 * (v.d() * a.d) - m as f32 * (v.dmin() * a.d)
-    }
-
-    fn block_terms(w: &[u8], a: &BlockQ8K) -> (f64, f64) {
-        let (s, m) = Self::block_ints(w, a);
-        let v = view(w, Q5KView::new);
-        let da = f64::from(a.d);
-        (
-            f64::from(s) * f64::from(v.d()) * da,
-            f64::from(m) * f64::from(v.dmin()) * da,
-        )
-    }
-
-    fn act_value(a: &BlockQ8K, i: usize) -> f64 {
-        f64::from(a.d) * f64::from(a.qs[i])
-    }
-
-    fn act_tolerance(a: &BlockQ8K) -> f64 {
-        q8_k_act_tolerance(a)
+        (v.d(), v.dmin())
     }
 
     fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
@@ -302,10 +275,7 @@ impl GgmlFormat for Q6K {
     const QK: usize = q6_k::QK;
     const BYTES: usize = q6_k::BYTES;
     type Act = BlockQ8K;
-
-    fn quantize_act(x: &[f32], out: &mut [BlockQ8K]) -> Result<(), KernelError> {
-        quantize_q8_k(x, out)
-    }
+    const HAS_MINS: bool = false;
 
     fn block_ints(w: &[u8], a: &BlockQ8K) -> (i32, i32) {
         let w = view(w, Q6KView::new);
@@ -320,24 +290,8 @@ impl GgmlFormat for Q6K {
         (s, 0)
     }
 
-    fn block_contrib(w: &[u8], a: &BlockQ8K) -> f32 {
-        let (s, _) = Self::block_ints(w, a);
-        let d = view(w, Q6KView::new).d();
-        s as f32 * (d * a.d)
-    }
-
-    fn block_terms(w: &[u8], a: &BlockQ8K) -> (f64, f64) {
-        let (s, _) = Self::block_ints(w, a);
-        let d = view(w, Q6KView::new).d();
-        (f64::from(s) * f64::from(d) * f64::from(a.d), 0.0)
-    }
-
-    fn act_value(a: &BlockQ8K, i: usize) -> f64 {
-        f64::from(a.d) * f64::from(a.qs[i])
-    }
-
-    fn act_tolerance(a: &BlockQ8K) -> f64 {
-        q8_k_act_tolerance(a)
+    fn block_scales(w: &[u8]) -> (f32, f32) {
+        (view(w, Q6KView::new).d(), 0.0)
     }
 
     fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {

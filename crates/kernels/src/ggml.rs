@@ -12,12 +12,11 @@
 //! across threads.
 
 use ggml_quants::GgmlType;
-use rayon::prelude::*;
 use weights_file::{interleave, Precision, WeightsFile};
 
-use crate::dispatch::{kernels, rows_per_task, Exec, GroupFn};
+use crate::dispatch::{kernels, split_rows, Exec, GroupFn};
 use crate::error::{check_len, KernelError};
-use crate::format::{GgmlFormat, Q4K, Q5K, Q5_0, Q6K, Q8_0};
+use crate::format::{ActBlock, GgmlFormat, Q4K, Q5K, Q5_0, Q6K, Q8_0};
 use crate::gemv::Gemv;
 pub use crate::operands::{RowGroup, GROUP_ROWS};
 use crate::workspace::Workspace;
@@ -246,7 +245,7 @@ impl<'a> GgmlMatrix<'a> {
         let kern: GroupFn<F::Act> = F::kernel(kernels(exec.isa)?);
         acts.clear();
         acts.resize(self.blocks_per_row(), F::Act::default());
-        F::quantize_act(x, acts)?;
+        F::Act::quantize(x, acts)?;
         let act: &[F::Act] = acts;
         let task = |first: usize, ys: &mut [f32]| {
             for (i, yc) in ys.chunks_mut(GROUP_ROWS).enumerate() {
@@ -260,14 +259,7 @@ impl<'a> GgmlMatrix<'a> {
                 yc.copy_from_slice(&out[..yc.len()]);
             }
         };
-        let per_task = rows_per_task(self.n, GROUP_ROWS, exec.parallel);
-        if per_task >= self.n {
-            task(0, y);
-        } else {
-            y.par_chunks_mut(per_task)
-                .enumerate()
-                .for_each(|(t, ys)| task(t * per_task, ys));
-        }
+        split_rows(y, GROUP_ROWS, exec, task);
         Ok(())
     }
 }

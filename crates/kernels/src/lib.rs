@@ -51,7 +51,7 @@ mod workspace;
 pub mod x86;
 
 pub use dispatch::{available, best, Exec, Isa};
-pub use error::KernelError;
+pub use error::{check_len, KernelError};
 pub use float::{FloatMatrix, FloatType};
 pub use gemv::Gemv;
 pub use ggml::{GgmlMatrix, QuantFormat, RowLayout};

@@ -157,3 +157,79 @@ impl<'a> PanelBlock<'a> {
         f32::from_le_bytes([b[0], b[1], b[2], b[3]])
     }
 }
+
+/// How far ahead (bytes, at least) the ggml group kernels prefetch each
+/// slot's stream.
+pub(crate) const PREFETCH_BYTES: usize = 1536;
+
+/// Per-slot block pointers of a row group, advanced one block at a time
+/// (the SIMD tiers' view of a [`RowGroup`]; each architecture adds its own
+/// `prefetch`).
+pub(crate) struct Slots {
+    pub(crate) p: [*const u8; 8],
+    pub(crate) stride: [usize; 8],
+    /// Prefetch distance of each slot: whole blocks, >= PREFETCH_BYTES.
+    pub(crate) ahead: [usize; 8],
+    pub(crate) block_bytes: usize,
+}
+
+impl Slots {
+    /// The slots of `g`, at block 0.
+    #[inline(always)]
+    pub(crate) fn new(g: &RowGroup<'_>) -> Self {
+        let base = g.data().as_ptr();
+        let mut p = [base; 8];
+        for (q, &o) in p.iter_mut().zip(g.offsets()) {
+            // wrapping_add: no dereference here; the RowGroup invariant
+            // makes every pointer produced for b < nblocks in bounds.
+            *q = base.wrapping_add(o);
+        }
+        let stride = *g.strides();
+        let mut ahead = [0usize; 8];
+        for (a, &st) in ahead.iter_mut().zip(&stride) {
+            *a = PREFETCH_BYTES.div_ceil(st.max(1)) * st;
+        }
+        Slots {
+            p,
+            stride,
+            ahead,
+            block_bytes: g.block_bytes(),
+        }
+    }
+
+    /// Pointer to the current block of slot `r`.
+    #[inline(always)]
+    pub(crate) fn at(&self, r: usize) -> *const u8 {
+        self.p[r]
+    }
+
+    /// Move every slot to its next block.
+    #[inline(always)]
+    pub(crate) fn advance(&mut self) {
+        for (q, &s) in self.p.iter_mut().zip(&self.stride) {
+            *q = q.wrapping_add(s);
+        }
+    }
+}
+
+/// Read an unaligned little-endian u16.
+///
+/// # Safety
+/// `p..p + 2` must be readable.
+#[inline(always)]
+pub(crate) unsafe fn read_u16(p: *const u8) -> u16 {
+    // SAFETY: the caller guarantees 2 readable bytes; read_unaligned has no
+    // alignment requirement (every target of the kernels is little-endian).
+    u16::from_le(unsafe { p.cast::<u16>().read_unaligned() })
+}
+
+/// Read an unaligned little-endian u32.
+///
+/// # Safety
+/// `p..p + 4` must be readable.
+#[inline(always)]
+pub(crate) unsafe fn read_u32(p: *const u8) -> u32 {
+    // SAFETY: the caller guarantees 4 readable bytes; read_unaligned has no
+    // alignment requirement.
+    u32::from_le(unsafe { p.cast::<u32>().read_unaligned() })
+}

@@ -20,13 +20,12 @@
 //! one super-block (64 channels) per kernel call, super-blocks split over
 //! rayon tasks.
 
-use rayon::prelude::*;
 use weights_file::fp16::f16_bits_to_f32;
 use weights_file::panel::{RotationFamily, SUPER_BLOCK};
 use weights_file::{PanelView, WeightsFile};
 
 use crate::act::{quantize_groups, Cq4Act};
-use crate::dispatch::{kernels, rows_per_task, Exec};
+use crate::dispatch::{kernels, split_rows, Exec};
 use crate::error::{check_len, KernelError};
 use crate::gemv::Gemv;
 pub use crate::operands::{
@@ -292,14 +291,7 @@ impl Gemv for PanelMatrix<'_> {
                 yc.copy_from_slice(&out[..yc.len()]);
             }
         };
-        let per_task = rows_per_task(n, SUPER_BLOCK, exec.parallel);
-        if per_task >= n {
-            task(0, y);
-        } else {
-            y.par_chunks_mut(per_task)
-                .enumerate()
-                .for_each(|(t, ys)| task(t * per_task, ys));
-        }
+        split_rows(y, SUPER_BLOCK, exec, task);
         Ok(())
     }
 }

@@ -14,13 +14,7 @@ mod common;
 use common::*;
 use kernels::act::Cq4Act;
 use kernels::panel::{CbLut, PanelBlock};
-use kernels::{
-    available, dispatch, Exec, Gemv, Isa, PanelMatrix, RotationFamily as Family, Workspace,
-};
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|f| f.to_bits()).collect()
-}
+use kernels::{available, dispatch, Isa, PanelMatrix, RotationFamily as Family};
 
 /// The aarch64 tiers usable here; prints a note for each one that is not.
 fn arm_tiers(test: &str) -> Vec<Isa> {
@@ -115,14 +109,6 @@ fn forced_cap_is_respected() {
     }
 }
 
-fn run(m: &dyn Gemv, x: &[f32], isa: Isa, parallel: bool) -> Vec<f32> {
-    let mut y = vec![f32::NAN; m.rows()];
-    let mut ws = Workspace::new();
-    m.gemv(x, &mut y, &mut ws, Exec::new(isa, parallel))
-        .unwrap();
-    y
-}
-
 /// Whole GEMVs whose group count crosses the SME2 kernel's 16-group
 /// streaming sections (ng = 16, 17, 33), N not a multiple of 64 or 8.
 #[test]
@@ -181,10 +167,7 @@ fn arm_cq4_kernels_exact_for_any_bytes() {
             })
             .collect();
         let scale: Vec<f32> = (0..ng).map(|g| 0.003 + g as f32 * 0.7).collect();
-        let qsum: Vec<i32> = q
-            .chunks(128)
-            .map(|c| c.iter().map(|&v| v as i32).sum())
-            .collect();
+        let qsum = group_sums(&q);
         let act = Cq4Act {
             q: &q,
             scale: &scale,

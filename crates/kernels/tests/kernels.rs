@@ -7,42 +7,7 @@ mod common;
 use common::*;
 use kernels::aligned::AlignedBytes;
 use kernels::ggml::ALL_FORMATS;
-use kernels::{
-    available, Exec, Gemv, GgmlMatrix, Isa, PanelMatrix, RotationFamily as Family, RowLayout,
-    Workspace,
-};
-
-fn run(m: &dyn Gemv, x: &[f32], isa: Isa, parallel: bool) -> Vec<f32> {
-    let mut y = vec![f32::NAN; m.rows()];
-    let mut ws = Workspace::new();
-    m.gemv(x, &mut y, &mut ws, Exec::new(isa, parallel))
-        .unwrap();
-    y
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|f| f.to_bits()).collect()
-}
-
-const LAYOUTS: [RowLayout; 3] = [
-    RowLayout::RowMajor,
-    RowLayout::Interleaved(4),
-    RowLayout::Interleaved(8),
-];
-
-/// (rows, blocks per row): N not a multiple of 4/8/64, 90 blocks per row
-/// (a row of 2880 weights for Q8_0/Q5_0), a single block.
-const GGML_SHAPES: [(usize, usize); 9] = [
-    (1, 1),
-    (3, 2),
-    (5, 3),
-    (7, 90),
-    (8, 1),
-    (9, 90),
-    (17, 5),
-    (33, 4),
-    (71, 2),
-];
+use kernels::{available, GgmlMatrix, Isa, PanelMatrix, RotationFamily as Family, RowLayout};
 
 #[test]
 fn tiers_in_use() {
@@ -71,16 +36,8 @@ fn ggml_every_tier_and_layout_equals_scalar_plain() {
                 for layout in LAYOUTS {
                     let data = in_layout(format, n, k, plain, layout);
                     let m = GgmlMatrix::new(format, layout, n, k, data.as_slice()).unwrap();
-                    for isa in available() {
-                        for parallel in [false, true] {
-                            let got = run(&m, &x, isa, parallel);
-                            assert_eq!(
-                                bits(&got),
-                                bits(&want),
-                                "{format:?} {n}x{k} data#{di} {layout:?} {isa} parallel={parallel}"
-                            );
-                        }
-                    }
+                    let what = format!("{format:?} {n}x{k} data#{di} {layout:?}");
+                    every_tier_gives(&m, &x, &want, &what);
                 }
             }
         }
@@ -138,16 +95,7 @@ fn cq4_every_tier_equals_scalar() {
         x[k..].fill(0.0);
         let want = run(&m, &x, Isa::Scalar, false);
         assert!(want.iter().all(|v| v.is_finite()));
-        for isa in available() {
-            for parallel in [false, true] {
-                let got = run(&m, &x, isa, parallel);
-                assert_eq!(
-                    bits(&got),
-                    bits(&want),
-                    "{family:?} {n}x{k} {isa} parallel={parallel}"
-                );
-            }
-        }
+        every_tier_gives(&m, &x, &want, &format!("{family:?} {n}x{k}"));
     }
 }
 
@@ -213,10 +161,7 @@ fn cq4_kernels_exact_for_any_codebook_bytes() {
         })
         .collect();
     let scale = vec![0.01f32, 0.5, 3.0];
-    let qsum: Vec<i32> = q
-        .chunks(128)
-        .map(|c| c.iter().map(|&v| v as i32).sum())
-        .collect();
+    let qsum = group_sums(&q);
     let act = Cq4Act {
         q: &q,
         scale: &scale,
@@ -226,15 +171,7 @@ fn cq4_kernels_exact_for_any_codebook_bytes() {
         -128, -127, -100, -64, -1, 0, 1, 2, 3, 50, 64, 100, 120, 126, 127, -7,
     ]);
     let blk = PanelBlock::new(&panels, &folded, ng).unwrap();
-    let mut want = [0f32; 64];
-    kernels::scalar::cq4_superblock(&blk, &act, &lut, &mut want);
-    for isa in available() {
-        let mut got = [0f32; 64];
-        kernels::dispatch::kernels(isa)
-            .unwrap()
-            .cq4_superblock(&blk, &act, &lut, &mut got);
-        assert_eq!(bits(&got), bits(&want), "{isa}");
-    }
+    cq4_tiers_equal_scalar(&blk, &act, &lut, "any codebook bytes");
 }
 
 #[test]

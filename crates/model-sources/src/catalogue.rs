@@ -314,6 +314,79 @@ fn aux_file(dir: &Path, name: &str) -> Option<std::result::Result<PathBuf, Strin
     }
 }
 
+/// The shards a sharded index names, opened and checked against it: its
+/// `weight_map` (tensor -> shard file name) must be non-empty, name plain
+/// files of the folder, and agree exactly with what the shards hold.
+fn indexed_shards(dir: &Path, index_path: &Path) -> Result<Vec<SafetensorsFile>> {
+    let index = read_json(index_path)?;
+    let bad = |m: String| SourceError::new(index_path, ErrorKind::BadFolder(m));
+    let map = index
+        .get("weight_map")
+        .and_then(Json::as_object)
+        .ok_or_else(|| bad("no \"weight_map\" object".into()))?;
+    if map.is_empty() {
+        return Err(bad(
+            "the \"weight_map\" is empty: the index lists no tensor".into(),
+        ));
+    }
+    // Shards in order of first appearance, then sorted by name for determinism.
+    let mut shards: Vec<String> = Vec::new();
+    for (tensor, shard) in map {
+        let shard = shard
+            .as_str()
+            .ok_or_else(|| bad(format!("tensor '{tensor}': shard is not a string")))?;
+        if shard.is_empty()
+            || shard.contains('/')
+            || shard.contains('\\')
+            || shard == ".."
+            || shard.chars().any(char::is_control)
+        {
+            return Err(bad(format!(
+                "tensor '{tensor}': shard name {shard:?} is not a plain file name"
+            )));
+        }
+        if !shards.iter().any(|s| s == shard) {
+            shards.push(shard.to_string());
+        }
+    }
+    shards.sort();
+    let files = shards
+        .iter()
+        .map(|shard| SafetensorsFile::open(&dir.join(shard)))
+        .collect::<Result<Vec<_>>>()?;
+    // The index and the shards must agree.
+    let mut found: HashMap<&str, &str> = HashMap::new();
+    for (f, name) in files.iter().zip(&shards) {
+        for t in f.tensors() {
+            found.insert(t.name.as_str(), name.as_str());
+        }
+    }
+    for (tensor, shard) in map {
+        let shard = shard.as_str().unwrap_or_default();
+        match found.get(tensor.as_str()) {
+            Some(s) if *s == shard => {}
+            Some(s) => {
+                return Err(bad(format!(
+                    "tensor '{tensor}' is listed in {shard} but stored in {s}"
+                )))
+            }
+            None => {
+                return Err(bad(format!(
+                    "tensor '{tensor}' is listed in {shard} but not stored there"
+                )))
+            }
+        }
+    }
+    for (name, shard) in &found {
+        if !map.contains_key(*name) {
+            return Err(bad(format!(
+                "tensor '{name}' in {shard} is not listed in the index"
+            )));
+        }
+    }
+    Ok(files)
+}
+
 fn open_hf_folder(dir: &Path) -> Result<Catalogue> {
     let config_path = dir.join("config.json");
     let present = |p: &Path| std::fs::symlink_metadata(p).is_ok();
@@ -328,71 +401,7 @@ fn open_hf_folder(dir: &Path) -> Result<Catalogue> {
     let single = dir.join("model.safetensors");
     let mut files = Vec::new();
     if present(&index_path) {
-        let index = read_json(&index_path)?;
-        let bad = |m: String| SourceError::new(&index_path, ErrorKind::BadFolder(m));
-        let map = index
-            .get("weight_map")
-            .and_then(Json::as_object)
-            .ok_or_else(|| bad("no \"weight_map\" object".into()))?;
-        if map.is_empty() {
-            return Err(bad(
-                "the \"weight_map\" is empty: the index lists no tensor".into(),
-            ));
-        }
-        // Shards in order of first appearance, then sorted by name for determinism.
-        let mut shards: Vec<String> = Vec::new();
-        for (tensor, shard) in map {
-            let shard = shard
-                .as_str()
-                .ok_or_else(|| bad(format!("tensor '{tensor}': shard is not a string")))?;
-            if shard.is_empty()
-                || shard.contains('/')
-                || shard.contains('\\')
-                || shard == ".."
-                || shard.chars().any(char::is_control)
-            {
-                return Err(bad(format!(
-                    "tensor '{tensor}': shard name {shard:?} is not a plain file name"
-                )));
-            }
-            if !shards.iter().any(|s| s == shard) {
-                shards.push(shard.to_string());
-            }
-        }
-        shards.sort();
-        for shard in &shards {
-            files.push(SafetensorsFile::open(&dir.join(shard))?);
-        }
-        // The index and the shards must agree.
-        let mut found: HashMap<&str, &str> = HashMap::new();
-        for (f, name) in files.iter().zip(&shards) {
-            for t in f.tensors() {
-                found.insert(t.name.as_str(), name.as_str());
-            }
-        }
-        for (tensor, shard) in map {
-            let shard = shard.as_str().unwrap_or_default();
-            match found.get(tensor.as_str()) {
-                Some(s) if *s == shard => {}
-                Some(s) => {
-                    return Err(bad(format!(
-                        "tensor '{tensor}' is listed in {shard} but stored in {s}"
-                    )))
-                }
-                None => {
-                    return Err(bad(format!(
-                        "tensor '{tensor}' is listed in {shard} but not stored there"
-                    )))
-                }
-            }
-        }
-        for (name, shard) in &found {
-            if !map.contains_key(*name) {
-                return Err(bad(format!(
-                    "tensor '{name}' in {shard} is not listed in the index"
-                )));
-            }
-        }
+        files = indexed_shards(dir, &index_path)?;
     } else if present(&single) {
         files.push(SafetensorsFile::open(&single)?);
     } else {

@@ -330,41 +330,49 @@ mod tests {
 
     #[test]
     fn errors_name_the_tensor() {
-        let e = err(
-            r#"{"w":{"dtype":"Q9","shape":[2],"data_offsets":[0,2]}}"#,
-            2,
-        );
-        assert!(e.contains("'w'") && e.contains("Q9"), "{e}");
-        let e = err(
-            r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}"#,
-            4,
-        );
-        assert!(e.contains("'w'") && e.contains("needs 8"), "{e}");
-        let e = err(
-            r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}}"#,
-            6,
-        );
-        assert!(e.contains("'b'") && e.contains("overlaps"), "{e}");
-        let e = err(
-            r#"{"w":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}"#,
-            2,
-        );
-        assert!(e.contains("'w'") && e.contains("beyond"), "{e}");
-        let e = err(
-            r#"{"w":{"dtype":"U8","shape":[-1],"data_offsets":[0,4]}}"#,
-            4,
-        );
-        assert!(e.contains("'w'"), "{e}");
-        let e = err(
-            r#"{"w":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}"#,
-            2,
-        );
-        assert!(e.contains("'w'") && e.contains("whole bytes"), "{e}");
-        let e = err(
-            r#"{"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}"#,
-            3,
-        );
-        assert!(e.contains("trailing"), "{e}");
+        let cases: [(&str, usize, &[&str]); 7] = [
+            (
+                r#"{"w":{"dtype":"Q9","shape":[2],"data_offsets":[0,2]}}"#,
+                2,
+                &["'w'", "Q9"],
+            ),
+            (
+                r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}"#,
+                4,
+                &["'w'", "needs 8"],
+            ),
+            (
+                r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}}"#,
+                6,
+                &["'b'", "overlaps"],
+            ),
+            (
+                r#"{"w":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}"#,
+                2,
+                &["'w'", "beyond"],
+            ),
+            (
+                r#"{"w":{"dtype":"U8","shape":[-1],"data_offsets":[0,4]}}"#,
+                4,
+                &["'w'"],
+            ),
+            (
+                r#"{"w":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}"#,
+                2,
+                &["'w'", "whole bytes"],
+            ),
+            (
+                r#"{"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}"#,
+                3,
+                &["trailing"],
+            ),
+        ];
+        for (header, data, needles) in cases {
+            let e = err(header, data);
+            for n in needles {
+                assert!(e.contains(n), "{n:?} in {e}");
+            }
+        }
         assert!(err("[1]", 0).contains("not a JSON object"));
     }
 }

@@ -206,18 +206,7 @@ pub fn repack_group(
     factor: usize,
     dst: &mut [u8],
 ) -> Result<(), InterleaveError> {
-    let total = validate(factor, row_bytes, block_bytes, factor)?;
-    check_len("group src", total, src.len())?;
-    check_len("group dst", total, dst.len())?;
-    for (r, row) in src.chunks_exact(row_bytes).enumerate() {
-        for (b, block) in row.chunks_exact(block_bytes).enumerate() {
-            let at = (b * factor + r) * block_bytes;
-            if let Some(out) = dst.get_mut(at..at + block_bytes) {
-                out.copy_from_slice(block);
-            }
-        }
-    }
-    Ok(())
+    move_group(src, row_bytes, block_bytes, factor, dst, Direction::Repack)
 }
 
 /// Inverse of [`repack_group`]: `src` holds one interleaved group, `dst`
@@ -229,15 +218,32 @@ pub fn unpack_group(
     factor: usize,
     dst: &mut [u8],
 ) -> Result<(), InterleaveError> {
+    move_group(src, row_bytes, block_bytes, factor, dst, Direction::Unpack)
+}
+
+/// Move the blocks of one group: block `b` of row `r` (row-major offset
+/// `r * row_bytes + b * block_bytes`) <-> interleaved slot `b * factor + r`.
+fn move_group(
+    src: &[u8],
+    row_bytes: usize,
+    block_bytes: usize,
+    factor: usize,
+    dst: &mut [u8],
+    direction: Direction,
+) -> Result<(), InterleaveError> {
     let total = validate(factor, row_bytes, block_bytes, factor)?;
     check_len("group src", total, src.len())?;
     check_len("group dst", total, dst.len())?;
-    for (r, row) in dst.chunks_exact_mut(row_bytes).enumerate() {
-        for (b, block) in row.chunks_exact_mut(block_bytes).enumerate() {
-            let at = (b * factor + r) * block_bytes;
-            if let Some(input) = src.get(at..at + block_bytes) {
-                block.copy_from_slice(input);
-            }
+    let blocks = row_bytes / block_bytes;
+    for r in 0..factor {
+        for b in 0..blocks {
+            let plain = r * row_bytes + b * block_bytes;
+            let packed = (b * factor + r) * block_bytes;
+            let (from, to) = match direction {
+                Direction::Repack => (plain, packed),
+                Direction::Unpack => (packed, plain),
+            };
+            dst[to..to + block_bytes].copy_from_slice(&src[from..from + block_bytes]);
         }
     }
     Ok(())
@@ -252,11 +258,8 @@ enum Direction {
 
 fn transform(
     src: &[u8],
-    rows: usize,
-    row_bytes: usize,
-    block_bytes: usize,
-    factor: usize,
     dst: &mut [u8],
+    (rows, row_bytes, block_bytes, factor): (usize, usize, usize, usize),
     direction: Direction,
 ) -> Result<(), InterleaveError> {
     let total = validate(rows, row_bytes, block_bytes, factor)?;
@@ -270,10 +273,7 @@ fn transform(
         .chunks_exact(group_bytes)
         .zip(dst_groups.chunks_exact_mut(group_bytes))
     {
-        match direction {
-            Direction::Repack => repack_group(s, row_bytes, block_bytes, factor, d)?,
-            Direction::Unpack => unpack_group(s, row_bytes, block_bytes, factor, d)?,
-        }
+        move_group(s, row_bytes, block_bytes, factor, d, direction)?;
     }
     dst_tail.copy_from_slice(src_tail);
     Ok(())
@@ -289,15 +289,8 @@ pub fn repack(
     factor: usize,
     dst: &mut [u8],
 ) -> Result<(), InterleaveError> {
-    transform(
-        src,
-        rows,
-        row_bytes,
-        block_bytes,
-        factor,
-        dst,
-        Direction::Repack,
-    )
+    let shape = (rows, row_bytes, block_bytes, factor);
+    transform(src, dst, shape, Direction::Repack)
 }
 
 /// Inverse of [`repack`]: `src` is the interleaved layout, `dst` (same
@@ -310,15 +303,8 @@ pub fn unpack(
     factor: usize,
     dst: &mut [u8],
 ) -> Result<(), InterleaveError> {
-    transform(
-        src,
-        rows,
-        row_bytes,
-        block_bytes,
-        factor,
-        dst,
-        Direction::Unpack,
-    )
+    let shape = (rows, row_bytes, block_bytes, factor);
+    transform(src, dst, shape, Direction::Unpack)
 }
 
 #[cfg(test)]

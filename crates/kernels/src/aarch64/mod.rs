@@ -22,6 +22,8 @@ pub(crate) use probe::{has_dotprod, os_reports_sme2, sme2_usable, streaming_vect
 use core::arch::aarch64::*;
 use core::arch::asm;
 
+pub(crate) use crate::operands::{read_u16, read_u32, Slots};
+
 /// `acc + sdot(a, b)`: lane `i` gains `sum_{t<4} a[4i+t] * b[4i+t]` (exact).
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
@@ -108,10 +110,6 @@ pub(crate) fn reduce8(v: &[int32x4_t; 8]) -> [int32x4_t; 2] {
     [vpaddq_s32(p01, p23), vpaddq_s32(p45, p67)]
 }
 
-/// How far ahead (bytes along a row's block stream) the ggml kernels
-/// prefetch.
-const PREFETCH_BYTES: usize = 1536;
-
 /// How far ahead the CQ4 NEON kernel prefetches panel bytes.
 pub(crate) const CQ4_PREFETCH_BYTES: usize = 2048;
 
@@ -130,39 +128,7 @@ pub(crate) fn prefetch(p: *const u8) {
     };
 }
 
-/// Per-slot block pointers of a row group, advanced one block at a time.
-pub(crate) struct Slots {
-    p: [*const u8; 8],
-    stride: [usize; 8],
-    /// Prefetch distance of each slot: whole blocks, >= PREFETCH_BYTES.
-    ahead: [usize; 8],
-    block_bytes: usize,
-}
-
 impl Slots {
-    /// The slots of `g`, at block 0.
-    #[inline(always)]
-    pub(crate) fn new(g: &crate::operands::RowGroup<'_>) -> Self {
-        let base = g.data().as_ptr();
-        let mut p = [base; 8];
-        for (q, &o) in p.iter_mut().zip(g.offsets()) {
-            // wrapping_add: no dereference here; the RowGroup invariant
-            // makes every pointer produced for b < nblocks in bounds.
-            *q = base.wrapping_add(o);
-        }
-        let stride = *g.strides();
-        let mut ahead = [0usize; 8];
-        for (a, &st) in ahead.iter_mut().zip(&stride) {
-            *a = PREFETCH_BYTES.div_ceil(st.max(1)) * st;
-        }
-        Slots {
-            p,
-            stride,
-            ahead,
-            block_bytes: g.block_bytes(),
-        }
-    }
-
     /// Prefetch the block `ahead` bytes down each slot's stream (first and
     /// last byte; in an R8 group the slots' blocks are adjacent).
     #[inline(always)]
@@ -173,41 +139,6 @@ impl Slots {
             prefetch(q.wrapping_add(self.block_bytes - 1));
         }
     }
-
-    /// Pointer to the current block of slot `r`.
-    #[inline(always)]
-    pub(crate) fn at(&self, r: usize) -> *const u8 {
-        self.p[r]
-    }
-
-    /// Move every slot to its next block.
-    #[inline(always)]
-    pub(crate) fn advance(&mut self) {
-        for (q, &s) in self.p.iter_mut().zip(&self.stride) {
-            *q = q.wrapping_add(s);
-        }
-    }
-}
-
-/// Read an unaligned little-endian u16.
-///
-/// # Safety
-/// `p..p + 2` must be readable.
-#[inline(always)]
-pub(crate) unsafe fn read_u16(p: *const u8) -> u16 {
-    // SAFETY: the caller guarantees 2 readable bytes; read_unaligned has no
-    // alignment requirement (aarch64 is little-endian).
-    unsafe { p.cast::<u16>().read_unaligned() }
-}
-
-/// Read an unaligned little-endian u32.
-///
-/// # Safety
-/// `p..p + 4` must be readable.
-#[inline(always)]
-pub(crate) unsafe fn read_u32(p: *const u8) -> u32 {
-    // SAFETY: the caller guarantees 4 readable bytes.
-    unsafe { p.cast::<u32>().read_unaligned() }
 }
 
 /// fp16 at offset `off` of the 8 current blocks, widened (slots 0-3, 4-7).

@@ -16,6 +16,8 @@ pub mod avx512;
 
 use core::arch::x86_64::*;
 
+pub(crate) use crate::operands::{read_u16, read_u32, Slots};
+
 /// Lane `r` of the result = the sum of the 8 i32 lanes of `v[r]` (exact).
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -49,46 +51,10 @@ pub(crate) fn fp16x8(h: &[u16; 8]) -> __m256 {
     _mm256_cvtph_ps(v)
 }
 
-/// How far ahead (bytes along a row's block stream) the ggml kernels
-/// prefetch.
-const PREFETCH_BYTES: usize = 1536;
-
 /// How far ahead the CQ4 kernels prefetch panel bytes.
 pub(crate) const CQ4_PREFETCH_BYTES: usize = 2048;
 
-/// Per-slot block pointers of a row group, advanced one block at a time.
-pub(crate) struct Slots {
-    p: [*const u8; 8],
-    stride: [usize; 8],
-    /// Prefetch distance of each slot: whole blocks, >= PREFETCH_BYTES.
-    ahead: [usize; 8],
-    block_bytes: usize,
-}
-
 impl Slots {
-    /// The slots of `g`, at block 0.
-    #[inline(always)]
-    pub(crate) fn new(g: &crate::operands::RowGroup<'_>) -> Self {
-        let base = g.data().as_ptr();
-        let mut p = [base; 8];
-        for (q, &o) in p.iter_mut().zip(g.offsets()) {
-            // wrapping_add: no dereference here; the RowGroup invariant
-            // makes every pointer produced for b < nblocks in bounds.
-            *q = base.wrapping_add(o);
-        }
-        let stride = *g.strides();
-        let mut ahead = [0usize; 8];
-        for (a, &st) in ahead.iter_mut().zip(&stride) {
-            *a = PREFETCH_BYTES.div_ceil(st.max(1)) * st;
-        }
-        Slots {
-            p,
-            stride,
-            ahead,
-            block_bytes: g.block_bytes(),
-        }
-    }
-
     /// Prefetch (T0) the block `ahead` bytes down each slot's stream.
     /// Prefetches are hints: an address past the data never faults.
     #[inline]
@@ -102,41 +68,6 @@ impl Slots {
             _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(self.block_bytes - 1).cast());
         }
     }
-
-    /// Pointer to the current block of slot `r`.
-    #[inline(always)]
-    pub(crate) fn at(&self, r: usize) -> *const u8 {
-        self.p[r]
-    }
-
-    /// Move every slot to its next block.
-    #[inline(always)]
-    pub(crate) fn advance(&mut self) {
-        for (q, &s) in self.p.iter_mut().zip(&self.stride) {
-            *q = q.wrapping_add(s);
-        }
-    }
-}
-
-/// Read an unaligned little-endian u16.
-///
-/// # Safety
-/// `p..p + 2` must be readable.
-#[inline(always)]
-pub(crate) unsafe fn read_u16(p: *const u8) -> u16 {
-    // SAFETY: the caller guarantees 2 readable bytes; read_unaligned has no
-    // alignment requirement.
-    unsafe { p.cast::<u16>().read_unaligned() }
-}
-
-/// Read an unaligned little-endian u32.
-///
-/// # Safety
-/// `p..p + 4` must be readable.
-#[inline(always)]
-pub(crate) unsafe fn read_u32(p: *const u8) -> u32 {
-    // SAFETY: the caller guarantees 4 readable bytes.
-    unsafe { p.cast::<u32>().read_unaligned() }
 }
 
 /// 32 bytes at `p`.

@@ -4,7 +4,7 @@
 use cq4::rng::{fill_gaussian, SplitMix64};
 use ggml_quants::quantize_rows;
 use kernels::aligned::AlignedBytes;
-use kernels::{QuantFormat, RotationFamily as Family, RowLayout};
+use kernels::{Exec, Gemv, Isa, QuantFormat, RotationFamily as Family, RowLayout, Workspace};
 use weights_file::interleave;
 
 /// `n` standard normal f32 values from `seed`.
@@ -90,4 +90,76 @@ pub fn cq4_tensor(family: Family, n: usize, k: usize, seed: u64) -> (Vec<u8>, Al
         .unwrap();
     let blob = enc.scales_blob(&norms).unwrap();
     (blob, AlignedBytes::copy_of(&panels), geom.k())
+}
+
+/// `y = W x` on `isa`, fresh workspace.
+pub fn run(m: &dyn Gemv, x: &[f32], isa: Isa, parallel: bool) -> Vec<f32> {
+    let mut y = vec![f32::NAN; m.rows()];
+    let mut ws = Workspace::new();
+    m.gemv(x, &mut y, &mut ws, Exec::new(isa, parallel))
+        .unwrap();
+    y
+}
+
+/// The bits of f32 values (for bit-for-bit comparisons).
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+/// Every row layout of a ggml matrix.
+pub const LAYOUTS: [RowLayout; 3] = [
+    RowLayout::RowMajor,
+    RowLayout::Interleaved(4),
+    RowLayout::Interleaved(8),
+];
+
+/// (rows, blocks per row): N not a multiple of 4/8/64, 90 blocks per row
+/// (a row of 2880 weights for Q8_0/Q5_0), a single block.
+pub const GGML_SHAPES: [(usize, usize); 9] = [
+    (1, 1),
+    (3, 2),
+    (5, 3),
+    (7, 90),
+    (8, 1),
+    (9, 90),
+    (17, 5),
+    (33, 4),
+    (71, 2),
+];
+
+/// `sum(q)` per group of 128 (the `qsum` of CQ4 activations).
+pub fn group_sums(q: &[i8]) -> Vec<i32> {
+    q.chunks(128)
+        .map(|c| c.iter().map(|&v| v as i32).sum())
+        .collect()
+}
+
+/// Every available tier's CQ4 super-block kernel equals the scalar one bit
+/// for bit on `blk`.
+pub fn cq4_tiers_equal_scalar(
+    blk: &kernels::panel::PanelBlock<'_>,
+    act: &kernels::act::Cq4Act<'_>,
+    lut: &kernels::panel::CbLut,
+    what: &str,
+) {
+    let mut want = [0f32; 64];
+    kernels::scalar::cq4_superblock(blk, act, lut, &mut want);
+    for isa in kernels::available() {
+        let mut got = [0f32; 64];
+        kernels::dispatch::kernels(isa)
+            .unwrap()
+            .cq4_superblock(blk, act, lut, &mut got);
+        assert_eq!(bits(&got), bits(&want), "{what} {isa}");
+    }
+}
+
+/// `m` gives `want` bit for bit on every available tier, sequential and
+/// parallel.
+pub fn every_tier_gives(m: &dyn Gemv, x: &[f32], want: &[f32], what: &str) {
+    for isa in kernels::available() {
+        for parallel in [false, true] {
+            let got = run(m, x, isa, parallel);
+            assert_eq!(bits(&got), bits(want), "{what} {isa} parallel={parallel}");
+        }
+    }
 }
