@@ -1,7 +1,8 @@
 //! Byte-exactness of `ggml_quants` against ggml's own reference vectors.
 //!
 //! `fixtures/ggml-vectors/<type>.gguf` holds 20 rows x 1024 of `input`
-//! (F32), `quantized` (ggml's `quantize_row_*_ref` of `input`) and
+//! (F32), `quantized` (`ggml_quantize_chunk` of `input` with no importance
+//! matrix: `quantize_row_*_ref`, for IQ4_NL `quantize_iq4_nl`) and
 //! `dequantized` (ggml's `dequantize_row_*` of `quantized`), plus the row
 //! names in `vectors.row_names`. Every row must encode to ggml's bytes and
 //! decode to ggml's floats, bit for bit.
@@ -152,6 +153,10 @@ vector_test!(q4_1_rows_match_ggml, "q4_1.gguf", GgmlType::Q4_1);
 vector_test!(q5_1_rows_match_ggml, "q5_1.gguf", GgmlType::Q5_1);
 vector_test!(f16_rows_match_ggml, "f16.gguf", GgmlType::F16);
 vector_test!(bf16_rows_match_ggml, "bf16.gguf", GgmlType::BF16);
+vector_test!(q2_k_rows_match_ggml, "q2_k.gguf", GgmlType::Q2_K);
+vector_test!(q3_k_rows_match_ggml, "q3_k.gguf", GgmlType::Q3_K);
+vector_test!(iq4_nl_rows_match_ggml, "iq4_nl.gguf", GgmlType::IQ4_NL);
+vector_test!(iq4_xs_rows_match_ggml, "iq4_xs.gguf", GgmlType::IQ4_XS);
 
 /// The types the converter must encode are all covered by the vectors above.
 #[test]

@@ -4,17 +4,22 @@ use crate::block::{BlockFormat, EncodeError};
 use crate::dtype::{apply_dtype, MaterializeStats, TorchDtype};
 use crate::error::{Op, QuantError};
 use crate::float::{bf16_to_f32, f32_to_bf16, f32_to_fp16, fp16_to_f32};
-use crate::k_quants::{Q4K, Q5K, Q6K};
+use crate::iq4::{Iq4Nl, Iq4Xs};
+use crate::k_quants::{Q2K, Q3K, Q4K, Q5K, Q6K};
 use crate::legacy::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::GgmlType;
 
-/// True when [`dequantize_rows`] implements `ty`.
-pub fn supports_decode(ty: GgmlType) -> bool {
+/// Every type [`dequantize_rows`] and [`quantize_rows`] implement, in id order.
+pub const SUPPORTED_TYPES: [GgmlType; 15] = {
     use GgmlType::*;
-    matches!(
-        ty,
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K
-    )
+    [
+        F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16,
+    ]
+};
+
+/// True when [`dequantize_rows`] implements `ty` (one of [`SUPPORTED_TYPES`]).
+pub fn supports_decode(ty: GgmlType) -> bool {
+    SUPPORTED_TYPES.contains(&ty)
 }
 
 /// True when [`quantize_rows`] implements `ty`.
@@ -109,9 +114,13 @@ pub fn dequantize_rows(
         GgmlType::Q5_0 => decode_blocks::<Q5_0>(src, out),
         GgmlType::Q5_1 => decode_blocks::<Q5_1>(src, out),
         GgmlType::Q8_0 => decode_blocks::<Q8_0>(src, out),
+        GgmlType::Q2_K => decode_blocks::<Q2K>(src, out),
+        GgmlType::Q3_K => decode_blocks::<Q3K>(src, out),
         GgmlType::Q4_K => decode_blocks::<Q4K>(src, out),
         GgmlType::Q5_K => decode_blocks::<Q5K>(src, out),
         GgmlType::Q6_K => decode_blocks::<Q6K>(src, out),
+        GgmlType::IQ4_NL => decode_blocks::<Iq4Nl>(src, out),
+        GgmlType::IQ4_XS => decode_blocks::<Iq4Xs>(src, out),
         _ => Err(QuantError::Unsupported { ty, op: Op::Decode }),
     }
 }
@@ -127,9 +136,11 @@ fn decode_blocks<F: BlockFormat>(src: &[u8], out: &mut [f32]) -> Result<(), Quan
 /// Quantizes (or converts) whole rows of f32 to `ty`: `src` holds whole rows
 /// of `ncols` weights, `dst` exactly their bytes.
 ///
-/// Byte-identical to ggml's `quantize_row_*_ref` (what llama-quantize writes
-/// without an importance matrix), except that this function fails where ggml
-/// would silently write garbage:
+/// Byte-identical to what ggml's `ggml_quantize_chunk` writes without an
+/// importance matrix (what llama-quantize writes without one): the reference
+/// quantizers `quantize_row_*_ref`, and for IQ4_NL `quantize_iq4_nl(.., NULL)`
+/// (see [`crate::iq4`]), except that this function fails where ggml would
+/// silently write garbage:
 /// - [`QuantError::NonFiniteInput`] for a NaN/inf input to a block format;
 /// - [`QuantError::ScaleOverflow`] for a block scale/min beyond fp16;
 /// - [`QuantError::F16Overflow`] for a finite value that F16 would turn into inf.
@@ -174,10 +185,41 @@ pub fn quantize_rows(
         GgmlType::Q5_0 => encode_blocks::<Q5_0>(src, ncols, dst),
         GgmlType::Q5_1 => encode_blocks::<Q5_1>(src, ncols, dst),
         GgmlType::Q8_0 => encode_blocks::<Q8_0>(src, ncols, dst),
+        GgmlType::Q2_K => encode_blocks::<Q2K>(src, ncols, dst),
+        GgmlType::Q3_K => encode_blocks::<Q3K>(src, ncols, dst),
         GgmlType::Q4_K => encode_blocks::<Q4K>(src, ncols, dst),
         GgmlType::Q5_K => encode_blocks::<Q5K>(src, ncols, dst),
         GgmlType::Q6_K => encode_blocks::<Q6K>(src, ncols, dst),
+        GgmlType::IQ4_NL => encode_blocks::<Iq4Nl>(src, ncols, dst),
+        GgmlType::IQ4_XS => encode_blocks::<Iq4Xs>(src, ncols, dst),
         _ => Err(QuantError::Unsupported { ty, op: Op::Encode }),
+    }
+}
+
+fn check_finite(ty: GgmlType, src: &[f32]) -> Result<(), QuantError> {
+    match src.iter().position(|v| !v.is_finite()) {
+        Some(index) => Err(QuantError::NonFiniteInput {
+            ty,
+            index,
+            value: src[index],
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Turns a block-level [`EncodeError`] of block `block` (counted from the
+/// start of `src`) into the row-level error naming its position.
+fn block_error<F: BlockFormat>(e: EncodeError, block: usize, blocks_per_row: usize) -> QuantError {
+    match e {
+        EncodeError::Overflow(o) => QuantError::ScaleOverflow {
+            ty: F::TYPE,
+            block,
+            row: block / blocks_per_row.max(1),
+            block_in_row: block % blocks_per_row.max(1),
+            field: o.field,
+            value: o.value,
+        },
+        EncodeError::Length(e) => e,
     }
 }
 
@@ -186,30 +228,14 @@ fn encode_blocks<F: BlockFormat>(
     ncols: usize,
     dst: &mut [u8],
 ) -> Result<(), QuantError> {
-    if let Some(index) = src.iter().position(|v| !v.is_finite()) {
-        return Err(QuantError::NonFiniteInput {
-            ty: F::TYPE,
-            index,
-            value: src[index],
-        });
-    }
+    check_finite(F::TYPE, src)?;
     let blocks_per_row = ncols / F::QK;
     for (block, (values, bytes)) in src
         .chunks_exact(F::QK)
         .zip(dst.chunks_exact_mut(F::BYTES))
         .enumerate()
     {
-        let encoded = F::encode(values).map_err(|e| match e {
-            EncodeError::Overflow(o) => QuantError::ScaleOverflow {
-                ty: F::TYPE,
-                block,
-                row: block / blocks_per_row.max(1),
-                block_in_row: block % blocks_per_row.max(1),
-                field: o.field,
-                value: o.value,
-            },
-            EncodeError::Length(e) => e,
-        })?;
+        let encoded = F::encode(values).map_err(|e| block_error::<F>(e, block, blocks_per_row))?;
         F::write(&encoded, bytes)?;
     }
     Ok(())
