@@ -12,7 +12,7 @@
 //! IQ4_XS, `quantize_row_iq4_xs_ref` is the same code.
 #![allow(clippy::needless_range_loop)]
 
-use crate::block::{impl_block_format, ByteReader, ByteWriter};
+use crate::block::{impl_block_format, impl_weighted_block_format, ByteReader, ByteWriter};
 use crate::float::{fp16_to_f32, scale_to_fp16, FieldOverflow};
 use crate::k_quants::QK_K;
 use crate::search::{best_index_int8, nearest_int, GROUP_MAX_EPS};
@@ -159,6 +159,14 @@ impl BlockIq4Nl {
         Self::quantize_with(x, None)
     }
 
+    fn quantize_weighted(
+        x: &[f32; QK4_NL],
+        qw: &[f32; QK4_NL],
+        _row_mean_square: f32,
+    ) -> Result<Self, FieldOverflow> {
+        Self::quantize_with(x, Some(qw))
+    }
+
     /// `quantize_row_iq4_nl_impl(QK4_NL, 32, ..., ntry = 7)`: one block is
     /// its own super-block, so the stored scale is the searched one and every
     /// weight is re-indexed with it.
@@ -178,6 +186,7 @@ impl BlockIq4Nl {
 #[derive(Debug, Clone, Copy)]
 pub struct Iq4Nl;
 impl_block_format!(Iq4Nl, BlockIq4Nl, GgmlType::IQ4_NL, QK4_NL, 18);
+impl_weighted_block_format!(Iq4Nl, BlockIq4Nl, GgmlType::IQ4_NL, QK4_NL);
 
 // ---------------------------------------------------------------- IQ4_XS
 
@@ -245,6 +254,14 @@ impl BlockIq4Xs {
         Self::quantize_with(x, None)
     }
 
+    fn quantize_weighted(
+        x: &[f32; QK_K],
+        qw: &[f32; QK_K],
+        _row_mean_square: f32,
+    ) -> Result<Self, FieldOverflow> {
+        Self::quantize_with(x, Some(qw))
+    }
+
     /// `quantize_row_iq4_nl_impl(QK_K, 32, ..., ntry = 7)`: a scale search
     /// per sub-block, then the scales quantized to 6 bits against
     /// `d = -max_scale / 32` and every weight re-indexed with its sub-block's
@@ -300,3 +317,4 @@ impl BlockIq4Xs {
 #[derive(Debug, Clone, Copy)]
 pub struct Iq4Xs;
 impl_block_format!(Iq4Xs, BlockIq4Xs, GgmlType::IQ4_XS, QK_K, 136);
+impl_weighted_block_format!(Iq4Xs, BlockIq4Xs, GgmlType::IQ4_XS, QK_K);

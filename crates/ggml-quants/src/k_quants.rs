@@ -7,10 +7,11 @@
 //! operation in f32 so the bytes match ggml's.
 #![allow(clippy::needless_range_loop)]
 
-use crate::block::{impl_block_format, ByteReader, ByteWriter};
+use crate::block::{impl_block_format, impl_weighted_block_format, ByteReader, ByteWriter};
 use crate::float::{fp16_to_f32, scale_to_fp16, FieldOverflow};
 use crate::search::{
-    make_q3_quants, make_qkx_quants, make_qx_quants, nearest_int, Qkx, GROUP_MAX_EPS,
+    make_q3_quants, make_qkx_quants, make_qp_quants, make_qx_quants, nearest_int, Qkx,
+    GROUP_MAX_EPS,
 };
 use crate::GgmlType;
 
@@ -154,6 +155,69 @@ fn requantize_scales_mins(
     }
 }
 
+/// ggml's `quantize_row_q4_K_impl` / `quantize_row_q5_K_impl` with an
+/// importance matrix: weights `qw * sqrt(sigma2 + x^2)` with `sigma2 =
+/// 2 * mean(x^2)` of the super-block, `make_qkx3_quants` per sub-block of 32,
+/// then the 8 scales and the 8 mins through `make_qp_quants(63)` weighted by
+/// each sub-block's total weight. `clamp_63`: Q5_K clamps the 6-bit values
+/// to 63, Q4_K does not.
+fn quantize_scales_mins_weighted(
+    x: &[f32; QK_K],
+    qw: &[f32; QK_K],
+    nmax: i32,
+    clamp_63: bool,
+) -> Result<ScalesMins, FieldOverflow> {
+    let mut sum_x2 = 0.0f32;
+    for l in 0..QK_K {
+        sum_x2 += x[l] * x[l];
+    }
+    let sigma2 = 2.0 * sum_x2 / QK_K as f32;
+    let mut l_all = [0u8; QK_K];
+    let mut sw = [0.0f32; QK_K / 32];
+    let mut mins = [0.0f32; QK_K / 32];
+    let mut scales = [0.0f32; QK_K / 32];
+    for j in 0..QK_K / 32 {
+        let xs = sub::<32>(x, 32 * j);
+        let qws = sub::<32>(qw, 32 * j);
+        let mut weights = [0.0f32; 32];
+        for l in 0..32 {
+            weights[l] = qws[l] * (sigma2 + xs[l] * xs[l]).sqrt();
+        }
+        let mut sumw = 0.0f32;
+        for w in weights {
+            sumw += w;
+        }
+        sw[j] = sumw;
+        let mut l_sub = [0u8; 32];
+        let (scale, the_min) = make_qkx_quants(
+            Qkx::Three,
+            nmax,
+            &xs,
+            &weights,
+            &mut l_sub,
+            -0.9,
+            0.05,
+            36,
+            false,
+        );
+        l_all[32 * j..32 * j + 32].copy_from_slice(&l_sub);
+        scales[j] = scale;
+        mins[j] = the_min;
+    }
+    let mut ls = [0u8; QK_K / 32];
+    let mut lm = [0u8; QK_K / 32];
+    let d_block = make_qp_quants(63, &scales, &mut ls, &sw);
+    let m_block = make_qp_quants(63, &mins, &mut lm, &sw);
+    if clamp_63 {
+        ls = ls.map(|v| v.min(63));
+        lm = lm.map(|v| v.min(63));
+    }
+    let sc = pack_scales_mins(&ls, &lm);
+    let d = scale_to_fp16(d_block, "d")?;
+    let dmin = scale_to_fp16(m_block, "dmin")?;
+    Ok(requantize_scales_mins(x, nmax, d, dmin, sc, l_all))
+}
+
 /// The `N` values of `x` from `start` (a sub-block), as an array.
 #[inline]
 fn sub<const N: usize>(x: &[f32; QK_K], start: usize) -> [f32; N] {
@@ -237,6 +301,15 @@ impl BlockQ4K {
         Ok(Self::pack(quantize_scales_mins(x, 15, -1.0, 0.1, 20)?))
     }
 
+    /// ggml's `quantize_row_q4_K_impl` with an importance matrix.
+    fn quantize_weighted(
+        x: &[f32; QK_K],
+        qw: &[f32; QK_K],
+        _row_mean_square: f32,
+    ) -> Result<Self, FieldOverflow> {
+        Ok(Self::pack(quantize_scales_mins_weighted(x, qw, 15, false)?))
+    }
+
     fn pack(sm: ScalesMins) -> Self {
         let ScalesMins { d, dmin, scales, l } = sm;
         let mut qs = [0u8; QK_K / 2];
@@ -258,6 +331,7 @@ impl BlockQ4K {
 #[derive(Debug, Clone, Copy)]
 pub struct Q4K;
 impl_block_format!(Q4K, BlockQ4K, GgmlType::Q4_K, QK_K, 144);
+impl_weighted_block_format!(Q4K, BlockQ4K, GgmlType::Q4_K, QK_K);
 
 // ---------------------------------------------------------------- Q5_K
 
@@ -334,6 +408,15 @@ impl BlockQ5K {
         Ok(Self::pack(quantize_scales_mins(x, 31, -0.5, 0.1, 15)?))
     }
 
+    /// ggml's `quantize_row_q5_K_impl` with an importance matrix.
+    fn quantize_weighted(
+        x: &[f32; QK_K],
+        qw: &[f32; QK_K],
+        _row_mean_square: f32,
+    ) -> Result<Self, FieldOverflow> {
+        Ok(Self::pack(quantize_scales_mins_weighted(x, qw, 31, true)?))
+    }
+
     fn pack(sm: ScalesMins) -> Self {
         let ScalesMins { d, dmin, scales, l } = sm;
         let mut qs = [0u8; QK_K / 2];
@@ -371,6 +454,7 @@ impl BlockQ5K {
 #[derive(Debug, Clone, Copy)]
 pub struct Q5K;
 impl_block_format!(Q5K, BlockQ5K, GgmlType::Q5_K, QK_K, 176);
+impl_weighted_block_format!(Q5K, BlockQ5K, GgmlType::Q5_K, QK_K);
 
 // ---------------------------------------------------------------- Q6_K
 
@@ -432,6 +516,16 @@ impl BlockQ6K {
 
     fn quantize(x: &[f32; QK_K]) -> Result<Self, FieldOverflow> {
         Self::quantize_with(x, None)
+    }
+
+    /// ggml's `quantize_row_q6_K_impl` with an importance matrix: the raw
+    /// importance is the weight of `make_qx_quants` (no `sigma2` term).
+    fn quantize_weighted(
+        x: &[f32; QK_K],
+        qw: &[f32; QK_K],
+        _row_mean_square: f32,
+    ) -> Result<Self, FieldOverflow> {
+        Self::quantize_with(x, Some(qw))
     }
 
     fn quantize_with(x: &[f32; QK_K], qw: Option<&[f32; QK_K]>) -> Result<Self, FieldOverflow> {
@@ -510,6 +604,7 @@ impl BlockQ6K {
 #[derive(Debug, Clone, Copy)]
 pub struct Q6K;
 impl_block_format!(Q6K, BlockQ6K, GgmlType::Q6_K, QK_K, 210);
+impl_weighted_block_format!(Q6K, BlockQ6K, GgmlType::Q6_K, QK_K);
 
 // ---------------------------------------------------------------- Q2_K
 
@@ -630,6 +725,63 @@ impl BlockQ2K {
         Ok(Self::requantize(x, sc, d, dmin, l_all))
     }
 
+    /// ggml's `quantize_row_q2_K_impl` with an importance matrix: weights
+    /// `qw * sqrt(sigma2 + x^2)` with `sigma2 = mean(x^2)` of the super-block,
+    /// `make_qkx3_quants` per sub-block of 16, and the 16 scales and mins
+    /// through `make_qp_quants(15)` weighted by each sub-block's total weight.
+    fn quantize_weighted(
+        x: &[f32; QK_K],
+        qw: &[f32; QK_K],
+        _row_mean_square: f32,
+    ) -> Result<Self, FieldOverflow> {
+        let mut sumx2 = 0.0f32;
+        for v in x {
+            sumx2 += v * v;
+        }
+        let sigma2 = sumx2 / QK_K as f32;
+        let mut l_all = [0u8; QK_K];
+        let mut sw = [0.0f32; QK_K / 16];
+        let mut mins = [0.0f32; QK_K / 16];
+        let mut scales = [0.0f32; QK_K / 16];
+        for j in 0..QK_K / 16 {
+            let xs = sub::<16>(x, 16 * j);
+            let qws = sub::<16>(qw, 16 * j);
+            let mut weight = [0.0f32; 16];
+            for l in 0..16 {
+                weight[l] = qws[l] * (sigma2 + xs[l] * xs[l]).sqrt();
+            }
+            for w in weight {
+                sw[j] += w;
+            }
+            let mut l_sub = [0u8; 16];
+            let (scale, the_min) = make_qkx_quants(
+                Qkx::Three,
+                3,
+                &xs,
+                &weight,
+                &mut l_sub,
+                -0.9,
+                0.05,
+                36,
+                false,
+            );
+            l_all[16 * j..16 * j + 16].copy_from_slice(&l_sub);
+            scales[j] = scale;
+            mins[j] = the_min;
+        }
+        let mut ls = [0u8; QK_K / 16];
+        let mut lm = [0u8; QK_K / 16];
+        let dm = make_qp_quants(15, &scales, &mut ls, &sw);
+        let mm = make_qp_quants(15, &mins, &mut lm, &sw);
+        let d = scale_to_fp16(dm, "d")?;
+        let dmin = scale_to_fp16(mm, "dmin")?;
+        let mut sc = [0u8; QK_K / 16];
+        for j in 0..QK_K / 16 {
+            sc[j] = ls[j] | (lm[j] << 4);
+        }
+        Ok(Self::requantize(x, sc, d, dmin, l_all))
+    }
+
     /// Quantizes every weight again with the stored scales (sub-blocks whose
     /// scale is zero keep `l_all`) and packs the block.
     fn requantize(
@@ -665,6 +817,7 @@ impl BlockQ2K {
 #[derive(Debug, Clone, Copy)]
 pub struct Q2K;
 impl_block_format!(Q2K, BlockQ2K, GgmlType::Q2_K, QK_K, 84);
+impl_weighted_block_format!(Q2K, BlockQ2K, GgmlType::Q2_K, QK_K);
 
 // ---------------------------------------------------------------- Q3_K
 
@@ -775,6 +928,48 @@ impl BlockQ3K {
         Ok(Self::requantize(x, sc, d, l_all))
     }
 
+    /// ggml's `quantize_row_q3_K_impl` with an importance matrix: weights
+    /// `qw * sqrt(sigma2 + x^2)` with `sigma2 = 2 * mean(x^2)` of the
+    /// super-block, `make_qx_quants(4)` per sub-block of 16, and the 16
+    /// scales through `make_qx_quants(32)` weighted by each sub-block's
+    /// total weight.
+    fn quantize_weighted(
+        x: &[f32; QK_K],
+        qw: &[f32; QK_K],
+        _row_mean_square: f32,
+    ) -> Result<Self, FieldOverflow> {
+        let mut sumx2 = 0.0f32;
+        for v in x {
+            sumx2 += v * v;
+        }
+        let sigma2 = 2.0 * sumx2 / QK_K as f32;
+        let mut l_all = [0i8; QK_K];
+        let mut scales = [0.0f32; QK_K / 16];
+        let mut sw = [0.0f32; QK_K / 16];
+        for j in 0..QK_K / 16 {
+            let xs = sub::<16>(x, 16 * j);
+            let qws = sub::<16>(qw, 16 * j);
+            let mut weight = [0.0f32; 16];
+            for l in 0..16 {
+                weight[l] = qws[l] * (sigma2 + xs[l] * xs[l]).sqrt();
+            }
+            let mut sumw = 0.0f32;
+            for w in weight {
+                sumw += w;
+            }
+            sw[j] = sumw;
+            let mut l_sub = [0i8; 16];
+            scales[j] = make_qx_quants(4, &xs, &mut l_sub, Some(&weight));
+            l_all[16 * j..16 * j + 16].copy_from_slice(&l_sub);
+        }
+        let mut ls8 = [0i8; QK_K / 16];
+        let d_block = make_qx_quants(32, &scales, &mut ls8, Some(&sw));
+        let ls = ls8.map(|l| l as i32);
+        let sc = Self::pack_scales(&ls);
+        let d = scale_to_fp16(d_block, "d")?;
+        Ok(Self::requantize(x, sc, d, l_all))
+    }
+
     /// Packs 16 6-bit scales (0..=63, already offset by 32) as ggml does.
     pub(crate) fn pack_scales(ls: &[i32; QK_K / 16]) -> [u8; 12] {
         let mut sc = [0u8; 12];
@@ -829,3 +1024,4 @@ impl BlockQ3K {
 #[derive(Debug, Clone, Copy)]
 pub struct Q3K;
 impl_block_format!(Q3K, BlockQ3K, GgmlType::Q3_K, QK_K, 110);
+impl_weighted_block_format!(Q3K, BlockQ3K, GgmlType::Q3_K, QK_K);

@@ -163,7 +163,6 @@ pub(crate) enum Qkx {
     /// `make_qkx2_quants` (the reference quantizers).
     Two,
     /// `make_qkx3_quants` (the importance-weighted quantizers).
-    #[allow(dead_code)] // their entry point comes with the next change
     Three,
 }
 
@@ -258,6 +257,96 @@ pub(crate) fn make_qkx_quants<const N: usize>(
         }
     }
     (scale, -min)
+}
+
+/// ggml's `make_qp_quants`: quantizes the non-negative values `x` (the
+/// sub-block scales or mins of a super-block) to `0..=nmax` under the
+/// weights `qw`, and returns the scale. `L` is a `uint8_t` array in ggml, so
+/// an out-of-range integer is stored modulo 256, here too.
+pub(crate) fn make_qp_quants<const N: usize>(
+    nmax: i32,
+    x: &[f32; N],
+    out_l: &mut [u8; N],
+    qw: &[f32; N],
+) -> f32 {
+    let mut max = 0.0f32;
+    for &v in x {
+        // C: MAX(max, x) = max > x ? max : x
+        max = if max > v { max } else { v };
+    }
+    if max < GROUP_MAX_EPS {
+        *out_l = [0; N];
+        return 0.0;
+    }
+    let nmaxf = nmax as f32;
+    let mut iscale = nmaxf / max;
+    for i in 0..N {
+        out_l[i] = nearest_int(iscale * x[i]) as u8;
+    }
+    let scale = 1.0 / iscale;
+    let mut best_mse = 0.0f32;
+    for i in 0..N {
+        let diff = x[i] - scale * out_l[i] as f32;
+        best_mse += qw[i] * diff * diff;
+    }
+    for is in -4..=4 {
+        if is == 0 {
+            continue;
+        }
+        let iscale_is = (0.1f32 * is as f32 + nmaxf) / max;
+        let scale_is = 1.0 / iscale_is;
+        let mut mse = 0.0f32;
+        for i in 0..N {
+            let l = nearest_int(iscale_is * x[i]).min(nmax);
+            let diff = x[i] - scale_is * l as f32;
+            mse += qw[i] * diff * diff;
+        }
+        if mse < best_mse {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    let mut sumlx = 0.0f32;
+    let mut suml2 = 0.0f32;
+    for i in 0..N {
+        let l = nearest_int(iscale * x[i]).min(nmax);
+        out_l[i] = l as u8;
+        let w = qw[i];
+        let lf = l as f32;
+        sumlx += w * x[i] * lf;
+        suml2 += w * lf * lf;
+    }
+    for _ in 0..5 {
+        let mut n_changed = 0;
+        for i in 0..N {
+            let w = qw[i];
+            let li = out_l[i] as f32;
+            let mut slx = sumlx - w * x[i] * li;
+            let mut sl2 = suml2 - w * li * li;
+            if slx > 0.0 && sl2 > 0.0 {
+                let new_l = nearest_int(x[i] * sl2 / slx).min(nmax);
+                if new_l != out_l[i] as i32 {
+                    let nl = new_l as f32;
+                    slx += w * x[i] * nl;
+                    sl2 += w * nl * nl;
+                    if slx * slx * suml2 > sumlx * sumlx * sl2 {
+                        out_l[i] = new_l as u8;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed += 1;
+                    }
+                }
+            }
+        }
+        if n_changed == 0 {
+            break;
+        }
+    }
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
+    }
 }
 
 /// ggml's `best_index_int8`: the index of the entry of the sorted table

@@ -1,7 +1,7 @@
 //! Property tests of the crate (byte-exactness against ggml lives in the
 //! workspace's `tests/ggml_vectors.rs` and `tests/ggml_models.rs`).
 
-use crate::block::BlockFormat;
+use crate::block::{BlockFormat, WeightedBlockFormat};
 use crate::iq4::{BlockIq4Nl, BlockIq4Xs, Iq4Nl, Iq4Xs, KVALUES_IQ4NL};
 use crate::k_quants::{
     q3k_scale, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, Q2K, Q3K, Q4K, Q5K, Q6K,
@@ -115,7 +115,17 @@ fn support_table() {
     ] {
         assert!(!supports_decode(ty), "{ty}");
         assert!(!supports_encode(ty), "{ty}");
+        assert!(!uses_imatrix(ty), "{ty}");
     }
+    // The importance-weighted types are the quantized ones but Q8_0.
+    for ty in QUANTS {
+        assert_eq!(uses_imatrix(ty), ty != GgmlType::Q8_0, "{ty}");
+        assert_eq!(IMATRIX_TYPES.contains(&ty), uses_imatrix(ty), "{ty}");
+    }
+    for ty in FLOATS {
+        assert!(!uses_imatrix(ty), "{ty}");
+    }
+    assert!(IMATRIX_TYPES.windows(2).all(|w| w[0] < w[1]));
 }
 
 #[test]
@@ -348,6 +358,14 @@ fn unsupported_types_are_named() {
         }
     );
     assert!(err.to_string().contains("IQ3_S"));
+    let err = quantize_rows_imatrix(GgmlType::Q8_K, &out, 256, &out, &mut [0; 292]).unwrap_err();
+    assert_eq!(
+        err,
+        QuantError::Unsupported {
+            ty: GgmlType::Q8_K,
+            op: Op::Encode
+        }
+    );
     let err = materialize_rows(
         GgmlType::Q8_1,
         &[0; 36],
@@ -414,6 +432,13 @@ fn scale_overflow_is_an_error_with_its_position() {
         assert!(
             matches!(err, QuantError::ScaleOverflow { row: 0, .. }),
             "{ty}: {err}"
+        );
+        // And with an importance matrix, for every type that takes one.
+        let ones = vec![1.0f32; 256];
+        let err = quantize_rows_imatrix(ty, &big, 256, &ones, &mut dst).unwrap_err();
+        assert!(
+            matches!(err, QuantError::ScaleOverflow { row: 0, .. }),
+            "{ty} imatrix: {err}"
         );
     }
 }
@@ -628,6 +653,201 @@ fn torch_dtype_parses_and_displays() {
     assert_eq!(TorchDtype::BFloat16.to_string(), "bfloat16");
     let err = "float64".parse::<TorchDtype>().unwrap_err();
     assert!(err.to_string().contains("float64"));
+}
+
+/// Rows of the shapes the importance-weighted searches meet: gaussian,
+/// heavy-tailed, all positive, with zero runs, tiny and large magnitudes.
+fn varied_rows(rng: &mut Rng, ncols: usize) -> Vec<f32> {
+    let mut out = Vec::new();
+    for kind in 0..8 {
+        for c in 0..ncols {
+            let g = rng.gauss();
+            out.push(match kind {
+                0 => 0.02 * g,
+                1 => g * g * g,
+                2 => g.abs() + 0.1,
+                3 if c % 64 < 40 => 0.0,
+                3 => g,
+                4 => 1.0e-6 * g,
+                5 => 3.0e3 * g,
+                6 => -g.abs(),
+                _ => (c % 32) as f32 - 16.0,
+            });
+        }
+    }
+    out
+}
+
+fn importance(rng: &mut Rng, ncols: usize) -> Vec<f32> {
+    (0..ncols)
+        .map(|c| {
+            if c % 7 == 3 {
+                0.0
+            } else {
+                let g = rng.gauss();
+                (g * g * g * g) + 1e-3
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn imatrix_argument_errors_are_typed() {
+    let src = vec![0.5f32; 512];
+    for ty in QUANTS.iter().chain(&FLOATS).copied() {
+        let mut dst = vec![0u8; 2 * row_bytes(ty, 256).unwrap()];
+        // Wrong length, for every type (also those that ignore the matrix).
+        for len in [0, 255, 257, 512] {
+            let err = quantize_rows_imatrix(ty, &src, 256, &vec![1.0; len], &mut dst).unwrap_err();
+            assert_eq!(
+                err,
+                QuantError::ImatrixLength {
+                    ty,
+                    expected: 256,
+                    actual: len
+                },
+                "{ty}"
+            );
+            assert!(err.is_bad_input());
+        }
+        // Non-finite or negative importance.
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -1.0, -1e-30] {
+            let mut im = vec![1.0f32; 256];
+            im[77] = bad;
+            let err = quantize_rows_imatrix(ty, &src, 256, &im, &mut dst).unwrap_err();
+            match err {
+                QuantError::BadImportance {
+                    ty: t,
+                    index: 77,
+                    value,
+                } => {
+                    assert_eq!(t, ty);
+                    assert_eq!(value.to_bits(), bad.to_bits());
+                }
+                other => panic!("{ty}: {other:?}"),
+            }
+            let msg = err.to_string();
+            assert!(msg.contains("77") && msg.contains(&ty.to_string()), "{msg}");
+        }
+        // -0.0 and 0.0 are valid importances.
+        let mut im = vec![0.0f32; 256];
+        im[3] = -0.0;
+        quantize_rows_imatrix(ty, &src, 256, &im, &mut dst).unwrap();
+        // Geometry is checked first, as in quantize_rows.
+        let err = quantize_rows_imatrix(ty, &src, 256, &[1.0; 3], &mut dst[1..]).unwrap_err();
+        assert!(matches!(err, QuantError::ByteLength { .. }), "{ty}: {err}");
+    }
+    // Non-finite inputs are refused with an importance matrix too.
+    let mut bad = vec![1.0f32; 512];
+    bad[300] = f32::NAN;
+    for ty in QUANTS {
+        let mut dst = vec![0u8; 2 * row_bytes(ty, 256).unwrap()];
+        let err = quantize_rows_imatrix(ty, &bad, 256, &[1.0; 256], &mut dst).unwrap_err();
+        assert!(
+            matches!(err, QuantError::NonFiniteInput { index: 300, .. }),
+            "{ty}: {err}"
+        );
+    }
+}
+
+#[test]
+fn types_that_ignore_the_imatrix_write_the_plain_bytes() {
+    let mut rng = Rng(11);
+    let src = varied_rows(&mut rng, 256);
+    let im = importance(&mut rng, 256);
+    for ty in [GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32] {
+        let n = src.len() / 256 * row_bytes(ty, 256).unwrap();
+        let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
+        quantize_rows(ty, &src, 256, &mut a).unwrap();
+        quantize_rows_imatrix(ty, &src, 256, &im, &mut b).unwrap();
+        assert_eq!(a, b, "{ty}");
+    }
+}
+
+/// Importance-weighted bytes are a function of each row alone, unchanged
+/// by exact power-of-two scaling of the matrix, different from the plain
+/// bytes, and decode to values close to the input.
+#[test]
+fn imatrix_encoding_properties() {
+    let ncols = 512;
+    let mut rng = Rng(2024);
+    let src = varied_rows(&mut rng, ncols);
+    let rows = src.len() / ncols;
+    let im = importance(&mut rng, ncols);
+    let im4: Vec<f32> = im.iter().map(|v| v * 4.0).collect();
+    let im_quarter: Vec<f32> = im.iter().map(|v| v * 0.25).collect();
+    for ty in IMATRIX_TYPES {
+        let rb = row_bytes(ty, ncols).unwrap();
+        let mut all = vec![0u8; rows * rb];
+        quantize_rows_imatrix(ty, &src, ncols, &im, &mut all).unwrap();
+        for r in 0..rows {
+            let mut one = vec![0u8; rb];
+            let row = &src[r * ncols..(r + 1) * ncols];
+            quantize_rows_imatrix(ty, row, ncols, &im, &mut one).unwrap();
+            assert_eq!(one, all[r * rb..(r + 1) * rb], "{ty} row {r}");
+        }
+        for scaled in [&im4, &im_quarter] {
+            let mut again = vec![0u8; rows * rb];
+            quantize_rows_imatrix(ty, &src, ncols, scaled, &mut again).unwrap();
+            assert_eq!(again, all, "{ty}: power-of-two scaling changed bytes");
+        }
+        let mut plain = vec![0u8; rows * rb];
+        quantize_rows(ty, &src, ncols, &mut plain).unwrap();
+        assert_ne!(plain, all, "{ty}: the importance matrix changed nothing");
+        let mut back = vec![0.0f32; src.len()];
+        dequantize_rows(ty, &all, ncols, &mut back).unwrap();
+        assert!(back.iter().all(|v| v.is_finite()), "{ty}");
+        // Gaussian row: relative RMS error within what the format allows.
+        let (x, y) = (&src[..ncols], &back[..ncols]);
+        let rms = (x.iter().map(|v| v * v).sum::<f32>() / ncols as f32).sqrt();
+        let err =
+            (x.iter().zip(y).map(|(a, b)| (a - b) * (a - b)).sum::<f32>() / ncols as f32).sqrt();
+        assert!(err < 0.5 * rms, "{ty}: rel rms error {}", err / rms);
+    }
+}
+
+#[test]
+fn zero_importance_and_zero_rows_are_fine() {
+    for ty in IMATRIX_TYPES {
+        let rb = row_bytes(ty, 256).unwrap();
+        let mut rng = Rng(5);
+        let src: Vec<f32> = (0..512)
+            .map(|i| if i < 256 { 0.0 } else { rng.gauss() })
+            .collect();
+        let mut dst = vec![0xAAu8; 2 * rb];
+        quantize_rows_imatrix(ty, &src, 256, &[0.0; 256], &mut dst).unwrap();
+        let mut back = vec![1.0f32; 512];
+        dequantize_rows(ty, &dst, 256, &mut back).unwrap();
+        assert!(back[..256].iter().all(|v| *v == 0.0), "{ty}: zero row");
+        assert!(back.iter().all(|v| v.is_finite()), "{ty}");
+    }
+}
+
+#[test]
+fn weighted_block_encode_checks_lengths() {
+    fn check<F: WeightedBlockFormat>() {
+        let x = vec![1.0f32; F::QK];
+        assert!(F::encode_weighted(&x, &x, 1.0).is_ok(), "{}", F::TYPE);
+        for (src, qw) in [(F::QK + 1, F::QK), (F::QK, F::QK - 1)] {
+            let err = F::encode_weighted(&vec![1.0; src], &vec![1.0; qw], 1.0).unwrap_err();
+            assert!(
+                matches!(err, EncodeError::Length(QuantError::BlockLength { .. })),
+                "{}",
+                F::TYPE
+            );
+        }
+    }
+    check::<Q4_0>();
+    check::<Q4_1>();
+    check::<Q5_0>();
+    check::<Q5_1>();
+    check::<Q2K>();
+    check::<Q3K>();
+    check::<Q4K>();
+    check::<Q5K>();
+    check::<Q6K>();
+    check::<Iq4Nl>();
+    check::<Iq4Xs>();
 }
 
 #[test]
