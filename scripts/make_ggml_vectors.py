@@ -49,6 +49,7 @@ Deterministic: the same library and inputs give the same files (the random
 importance matrices use numpy's PCG64 with fixed seeds).
 
 Usage: "$(scripts/pyenv)" scripts/make_ggml_vectors.py [--check]
+  (GGML_REF_DIR=DIR builds and uses the library under DIR instead.)
   --check: regenerate in memory and compare with the committed files
            (exit 1 on any difference) instead of writing them.
 """
@@ -67,7 +68,8 @@ import gguf
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "fixtures" / "ggml-vectors"
 IMATRIX_DIR = ROOT / "fixtures" / "ggml-imatrix"
-REF = ROOT / "target" / "ggml-ref"
+# Where the library is built (git-ignored); GGML_REF_DIR overrides it.
+REF = pathlib.Path(os.environ.get("GGML_REF_DIR", ROOT / "target" / "ggml-ref"))
 
 SDIST_NAME = "llama-cpp-python"
 SDIST_VERSION = "0.3.36"
