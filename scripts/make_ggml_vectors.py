@@ -32,8 +32,8 @@ The reference library (`libggml-base.so`) is built by this script, once, under
 target/ggml-ref/ (git-ignored), from the llama.cpp tree vendored in the PyPI
 source package llama-cpp-python==0.3.36 (vendor/llama.cpp), sha256 pinned in
 SDIST_SHA256. It is fetched with
-`pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36` when
-target/ggml-ref/ has no copy. Build: CMake (pip package cmake==4.4.4 in
+`pip download --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36`
+when target/ggml-ref/ has no copy. Build: CMake (pip package cmake==4.4.4 in
 target/ggml-ref/build-venv), Release (-O3), target ggml-base only, flags in
 CMAKE_ARGS: portable (GGML_NATIVE=OFF, every x86 SIMD extension OFF) and
 -ffp-contract=off, so the library does plain SSE float32 arithmetic with no
@@ -147,8 +147,11 @@ def build_library():
     sdist = REF / SDIST_FILE
     if not sdist.exists():
         log("downloading", SDIST_FILE)
+        # Source only for this package; its build backend may come as wheels
+        # (pip prepares the sdist's metadata, and building cmake from source
+        # for that would take long).
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
-                        "--no-binary", ":all:", "-d", str(REF),
+                        "--no-binary", SDIST_NAME, "-d", str(REF),
                         f"{SDIST_NAME}=={SDIST_VERSION}"], check=True)
     got = sha256(sdist)
     if got != SDIST_SHA256:
