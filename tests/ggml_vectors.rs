@@ -1,14 +1,24 @@
-//! Byte-exactness of `ggml_quants` against ggml's own reference vectors.
+//! Byte-exactness of `ggml_quants` against ggml's own reference vectors
+//! (made by `scripts/make_ggml_vectors.py` and, for the older files, the
+//! same ggml through the same call).
 //!
 //! `fixtures/ggml-vectors/<type>.gguf` holds 20 rows x 1024 of `input`
-//! (F32), `quantized` (ggml's `quantize_row_*_ref` of `input`) and
-//! `dequantized` (ggml's `dequantize_row_*` of `quantized`), plus the row
-//! names in `vectors.row_names`. Every row must encode to ggml's bytes and
-//! decode to ggml's floats, bit for bit.
+//! (F32), `quantized` (`ggml_quantize_chunk` of `input` with no importance
+//! matrix: `quantize_row_*_ref`, for IQ4_NL `quantize_iq4_nl`) and `dequantized` (ggml's `dequantize_row_*` of `quantized`), plus
+//! the row names in `vectors.row_names`. Every row must encode to ggml's
+//! bytes and decode to ggml's floats, bit for bit.
+//!
+//! `fixtures/ggml-imatrix/<type>.gguf` holds the same `input` and, for every
+//! importance matrix NAME of `imatrix.names`, `imatrix.NAME` (F32, 1024) and
+//! `quantized.NAME` (`ggml_quantize_chunk` of `input` with that matrix).
+//! Every row must encode to ggml's bytes with every matrix.
 
 use std::path::{Path, PathBuf};
 
-use ggml_quants::{dequantize_rows, quantize_rows, supports_encode, GgmlType};
+use ggml_quants::{
+    dequantize_rows, quantize_rows, quantize_rows_imatrix, supports_encode, uses_imatrix, GgmlType,
+    IMATRIX_TYPES,
+};
 use model_sources::gguf::{GgufFile, Value};
 
 const ROWS: usize = 20;
@@ -16,6 +26,20 @@ const NCOLS: usize = 1024;
 
 fn vectors_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ggml-vectors")
+}
+
+fn imatrix_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ggml-imatrix")
+}
+
+fn strings(gguf: &GgufFile, file: &str, key: &str) -> Vec<String> {
+    match gguf.get(key) {
+        Some(Value::Array(_, items)) => items
+            .iter()
+            .map(|v| v.as_str().expect("a string").to_string())
+            .collect(),
+        other => panic!("{file}: {key} is {other:?}"),
+    }
 }
 
 fn f32s(bytes: &[u8]) -> Vec<f32> {
@@ -36,13 +60,7 @@ struct Vectors {
 fn load(file: &str) -> Vectors {
     let path = vectors_dir().join(file);
     let gguf = GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let row_names = match gguf.get("vectors.row_names") {
-        Some(Value::Array(_, items)) => items
-            .iter()
-            .map(|v| v.as_str().expect("row name is a string").to_string())
-            .collect::<Vec<_>>(),
-        other => panic!("{file}: vectors.row_names is {other:?}"),
-    };
+    let row_names = strings(&gguf, file, "vectors.row_names");
     assert_eq!(row_names.len(), ROWS, "{file}: row names");
     let tensor = |name: &str| {
         let info = gguf
@@ -152,6 +170,190 @@ vector_test!(q4_1_rows_match_ggml, "q4_1.gguf", GgmlType::Q4_1);
 vector_test!(q5_1_rows_match_ggml, "q5_1.gguf", GgmlType::Q5_1);
 vector_test!(f16_rows_match_ggml, "f16.gguf", GgmlType::F16);
 vector_test!(bf16_rows_match_ggml, "bf16.gguf", GgmlType::BF16);
+vector_test!(q2_k_rows_match_ggml, "q2_k.gguf", GgmlType::Q2_K);
+vector_test!(q3_k_rows_match_ggml, "q3_k.gguf", GgmlType::Q3_K);
+vector_test!(iq4_nl_rows_match_ggml, "iq4_nl.gguf", GgmlType::IQ4_NL);
+vector_test!(iq4_xs_rows_match_ggml, "iq4_xs.gguf", GgmlType::IQ4_XS);
+
+/// The first differing byte of `ours` against `ggml`, if any, as a message.
+fn first_difference(ours: &[u8], ggml: &[u8], block_bytes: usize) -> Option<String> {
+    ours.iter().zip(ggml).position(|(a, b)| a != b).map(|at| {
+        format!(
+            "differs from ggml at byte {at} (block {}): ours {:#04x}, ggml {:#04x}",
+            at / block_bytes,
+            ours[at],
+            ggml[at]
+        )
+    })
+}
+
+struct ImatrixVectors {
+    row_names: Vec<String>,
+    input: Vec<f32>,
+    /// (name, importance matrix, ggml's quantized bytes of `input`).
+    cases: Vec<(String, Vec<f32>, Vec<u8>)>,
+}
+
+fn load_imatrix(ty: GgmlType) -> ImatrixVectors {
+    let file = format!("{}.gguf", ty.name().to_ascii_lowercase());
+    let path = imatrix_dir().join(&file);
+    let gguf = GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let row_names = strings(&gguf, &file, "vectors.row_names");
+    assert_eq!(row_names.len(), ROWS, "{file}: row names");
+    let tensor = |name: &str, dims: Vec<u64>, want: GgmlType| {
+        let info = gguf
+            .tensor(name)
+            .unwrap_or_else(|| panic!("{file}: no tensor {name}"));
+        assert_eq!(info.dims, dims, "{file}: {name} dims");
+        assert_eq!(info.ggml_type, want, "{file}: {name} type");
+        gguf.tensor_data(info).to_vec()
+    };
+    let input = f32s(&tensor(
+        "input",
+        vec![NCOLS as u64, ROWS as u64],
+        GgmlType::F32,
+    ));
+    let cases = strings(&gguf, &file, "imatrix.names")
+        .into_iter()
+        .map(|name| {
+            let im = f32s(&tensor(
+                &format!("imatrix.{name}"),
+                vec![NCOLS as u64],
+                GgmlType::F32,
+            ));
+            let q = tensor(
+                &format!("quantized.{name}"),
+                vec![NCOLS as u64, ROWS as u64],
+                ty,
+            );
+            (name, im, q)
+        })
+        .collect();
+    ImatrixVectors {
+        row_names,
+        input,
+        cases,
+    }
+}
+
+/// The importance matrices every imatrix file must hold.
+const IMATRICES: [&str; 6] = [
+    "ones",
+    "random",
+    "heavy_zeros",
+    "huge_column",
+    "random_x4",
+    "random_x3",
+];
+
+/// Encodes every row with every importance matrix of the type's imatrix
+/// file, one row per call and all rows in one call; returns one line per
+/// failing (matrix, row).
+fn check_imatrix_type(ty: GgmlType) -> Vec<String> {
+    let v = load_imatrix(ty);
+    let names: Vec<&str> = v.cases.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(names, IMATRICES, "{ty}: imatrix.names");
+    let row_bytes = ty.row_bytes(NCOLS as u64).expect("1024 is whole blocks") as usize;
+    let mut failures = Vec::new();
+    for (name, im, expected) in &v.cases {
+        assert_eq!(expected.len(), ROWS * row_bytes, "{ty} {name}: bytes");
+        for (r, row_name) in v.row_names.iter().enumerate() {
+            let input = &v.input[r * NCOLS..(r + 1) * NCOLS];
+            let want = &expected[r * row_bytes..(r + 1) * row_bytes];
+            let mut bytes = vec![0u8; row_bytes];
+            match quantize_rows_imatrix(ty, input, NCOLS, im, &mut bytes) {
+                Err(e) => failures.push(format!("{ty} {name} row {r} ({row_name}): {e}")),
+                Ok(()) => {
+                    if let Some(d) = first_difference(&bytes, want, ty.type_size()) {
+                        failures.push(format!("{ty} {name} row {r} ({row_name}): {d}"));
+                    }
+                }
+            }
+        }
+        // All rows in one call: rows are independent.
+        let mut all = vec![0u8; ROWS * row_bytes];
+        match quantize_rows_imatrix(ty, &v.input, NCOLS, im, &mut all) {
+            Err(e) => failures.push(format!("{ty} {name} all rows: {e}")),
+            Ok(()) => {
+                if all != *expected {
+                    failures.push(format!("{ty} {name}: the 20-row call differs"));
+                }
+            }
+        }
+    }
+    failures
+}
+
+macro_rules! imatrix_test {
+    ($name:ident, $ty:expr) => {
+        #[test]
+        fn $name() {
+            let failures = check_imatrix_type($ty);
+            assert!(
+                failures.is_empty(),
+                "{} of {} (imatrix, row) pairs differ from ggml:\n{}",
+                failures.len(),
+                IMATRICES.len() * ROWS,
+                failures.join("\n")
+            );
+        }
+    };
+}
+
+imatrix_test!(q4_0_imatrix_rows_match_ggml, GgmlType::Q4_0);
+imatrix_test!(q4_1_imatrix_rows_match_ggml, GgmlType::Q4_1);
+imatrix_test!(q5_0_imatrix_rows_match_ggml, GgmlType::Q5_0);
+imatrix_test!(q5_1_imatrix_rows_match_ggml, GgmlType::Q5_1);
+imatrix_test!(q2_k_imatrix_rows_match_ggml, GgmlType::Q2_K);
+imatrix_test!(q3_k_imatrix_rows_match_ggml, GgmlType::Q3_K);
+imatrix_test!(q4_k_imatrix_rows_match_ggml, GgmlType::Q4_K);
+imatrix_test!(q5_k_imatrix_rows_match_ggml, GgmlType::Q5_K);
+imatrix_test!(q6_k_imatrix_rows_match_ggml, GgmlType::Q6_K);
+imatrix_test!(iq4_nl_imatrix_rows_match_ggml, GgmlType::IQ4_NL);
+imatrix_test!(iq4_xs_imatrix_rows_match_ggml, GgmlType::IQ4_XS);
+imatrix_test!(q8_0_imatrix_rows_match_ggml, GgmlType::Q8_0);
+
+fn case<'a>(v: &'a ImatrixVectors, name: &str) -> &'a [u8] {
+    &v.cases.iter().find(|c| c.0 == name).expect("listed").2
+}
+
+/// Facts of ggml's importance-weighted quantizers that the fixtures record
+/// (and the encoder, matching them, reproduces): the imatrix files share the
+/// vectors' input; scaling the matrix by 4 never changes a byte (every
+/// comparison of the searches is invariant under exact power-of-two
+/// scaling); scaling it by 3 does for Q4_K (rounding); even a matrix of ones
+/// changes the bytes of every type that uses one (a different search runs);
+/// Q8_0 ignores the matrix.
+#[test]
+fn imatrix_scaling_facts() {
+    for ty in IMATRIX_TYPES.iter().copied().chain([GgmlType::Q8_0]) {
+        let v = load_imatrix(ty);
+        let plain = load(&format!("{}.gguf", ty.name().to_ascii_lowercase()));
+        assert_eq!(v.row_names, plain.row_names, "{ty}: row names");
+        assert!(
+            v.input
+                .iter()
+                .zip(&plain.input)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{ty}: the imatrix file's input differs from ggml-vectors"
+        );
+        assert_eq!(case(&v, "random_x4"), case(&v, "random"), "{ty}: x4");
+        if uses_imatrix(ty) {
+            assert_ne!(case(&v, "ones"), &plain.quantized[..], "{ty}: ones");
+        } else {
+            for (name, _, q) in &v.cases {
+                assert_eq!(q, &plain.quantized, "{ty}: {name} changed Q8_0 bytes");
+            }
+        }
+    }
+    let q4k = load_imatrix(GgmlType::Q4_K);
+    let changed = case(&q4k, "random_x3")
+        .iter()
+        .zip(case(&q4k, "random"))
+        .filter(|(a, b)| a != b)
+        .count();
+    assert!(changed > 0, "Q4_K: x3 gave identical bytes");
+}
 
 /// The types the converter must encode are all covered by the vectors above.
 #[test]

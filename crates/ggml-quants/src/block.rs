@@ -33,6 +33,23 @@ pub trait BlockFormat {
     fn encode(src: &[f32]) -> Result<Self::Block, EncodeError>;
 }
 
+/// A [`BlockFormat`] whose ggml quantizer takes importance weights
+/// (`quantize_<type>(src, dst, nrows, n_per_row, imatrix)` with a non-NULL
+/// imatrix, what `llama-quantize --imatrix` runs).
+pub trait WeightedBlockFormat: BlockFormat {
+    /// ggml's importance-weighted quantization of one block: `src` and
+    /// `importance` hold exactly [`BlockFormat::QK`] values (the block's
+    /// slice of the imatrix); `row_mean_square` is the mean of `x^2` over
+    /// the whole row the block belongs to (`sigma2` of ggml's Q4_0, Q4_1,
+    /// Q5_0 and Q5_1; the 256-weight formats and IQ4_NL ignore it and
+    /// compute theirs from the block).
+    fn encode_weighted(
+        src: &[f32],
+        importance: &[f32],
+        row_mean_square: f32,
+    ) -> Result<Self::Block, EncodeError>;
+}
+
 /// Why encoding one block failed.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EncodeError {
@@ -166,3 +183,31 @@ macro_rules! impl_block_format {
     };
 }
 pub(crate) use impl_block_format;
+
+/// Implements [`WeightedBlockFormat`] for a marker type from the block
+/// struct's inherent `quantize_weighted(x, importance, row_mean_square)`.
+macro_rules! impl_weighted_block_format {
+    ($marker:ident, $block:ident, $ty:expr, $qk:expr) => {
+        impl $crate::block::WeightedBlockFormat for $marker {
+            fn encode_weighted(
+                src: &[f32],
+                importance: &[f32],
+                row_mean_square: f32,
+            ) -> Result<$block, $crate::block::EncodeError> {
+                let length = |what, actual| {
+                    $crate::block::EncodeError::Length($crate::block::block_len_error(
+                        $ty, what, $qk, actual,
+                    ))
+                };
+                let x: &[f32; $qk] = src
+                    .try_into()
+                    .map_err(|_| length("values to encode", src.len()))?;
+                let qw: &[f32; $qk] = importance
+                    .try_into()
+                    .map_err(|_| length("importance weights", importance.len()))?;
+                Ok($block::quantize_weighted(x, qw, row_mean_square)?)
+            }
+        }
+    };
+}
+pub(crate) use impl_weighted_block_format;

@@ -141,6 +141,33 @@ pub enum QuantError {
         value: f32,
     },
 
+    /// The importance matrix given to [`crate::quantize_rows_imatrix`] does
+    /// not hold one value per column.
+    #[error("{ty}: the importance matrix has {actual} values, rows have {expected} columns")]
+    ImatrixLength {
+        /// The type being encoded.
+        ty: GgmlType,
+        /// Columns per row (`ncols`).
+        expected: usize,
+        /// Values in the importance matrix.
+        actual: usize,
+    },
+
+    /// An importance value is NaN, infinite or negative (an importance
+    /// matrix holds means of squares); ggml would quantize with it anyway
+    /// and write meaningless or non-finite blocks, so this crate refuses.
+    #[error(
+        "{ty}: the importance of column {index} is {value}; importance must be finite and >= 0"
+    )]
+    BadImportance {
+        /// The type being encoded.
+        ty: GgmlType,
+        /// Column of the value.
+        index: usize,
+        /// The value.
+        value: f32,
+    },
+
     /// A slice given to a block-level function has the wrong length.
     #[error("{ty}: block-level {what} has {actual} elements, expected {expected}")]
     BlockLength {

@@ -7,173 +7,18 @@
 //! operation in f32 so the bytes match ggml's.
 #![allow(clippy::needless_range_loop)]
 
-use crate::block::{impl_block_format, ByteReader, ByteWriter};
+use crate::block::{impl_block_format, impl_weighted_block_format, ByteReader, ByteWriter};
 use crate::float::{fp16_to_f32, scale_to_fp16, FieldOverflow};
+use crate::search::{
+    make_q3_quants, make_qkx_quants, make_qp_quants, make_qx_quants, nearest_int, Qkx,
+    GROUP_MAX_EPS,
+};
 use crate::types::GgmlType;
 
 /// Weights per super-block (`QK_K`).
 pub const QK_K: usize = 256;
 /// Bytes of the packed 6-bit scales/mins of Q4_K and Q5_K (`K_SCALE_SIZE`).
 pub const K_SCALE_SIZE: usize = 12;
-
-/// ggml's `GROUP_MAX_EPS`: below this absolute max a group counts as all zero.
-const GROUP_MAX_EPS: f32 = 1e-15;
-
-/// ggml's `nearest_int`: round to nearest (ties to even) through the
-/// 1.5 * 2^23 magic constant. Exact for |v| <= 4194303; larger inputs give
-/// the same (meaningless) bits ggml computes, never a panic.
-#[inline]
-pub(crate) fn nearest_int(fval: f32) -> i32 {
-    let val = fval + 12_582_912.0f32;
-    let i = val.to_bits() as i32;
-    (i & 0x007f_ffff) - 0x0040_0000
-}
-
-/// ggml's `make_qx_quants` for `qw == NULL` and `rmse_type == 1` (weights
-/// x^2), the only form the reference quantizers call. Writes `L` (biased by
-/// `nmax`) and returns the scale.
-fn make_qx_quants_rmse1(nmax: i32, x: &[f32; 16], out_l: &mut [i8; 16]) -> f32 {
-    let mut max = 0.0f32;
-    let mut amax = 0.0f32;
-    for &v in x {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
-    if amax < GROUP_MAX_EPS {
-        *out_l = [0; 16];
-        return 0.0;
-    }
-    let nmaxf = nmax as f32;
-    let clamp = |l: i32| l.clamp(-nmax, nmax - 1);
-    let mut iscale = -nmaxf / max;
-    let mut sumlx = 0.0f32;
-    let mut suml2 = 0.0f32;
-    for i in 0..16 {
-        let l = clamp(nearest_int(iscale * x[i]));
-        out_l[i] = (l + nmax) as i8;
-        let w = x[i] * x[i];
-        let lf = l as f32;
-        sumlx += w * x[i] * lf;
-        suml2 += w * lf * lf;
-    }
-    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
-    let mut best = scale * sumlx;
-    for is in -9..=9 {
-        if is == 0 {
-            continue;
-        }
-        iscale = -(nmaxf + 0.1f32 * is as f32) / max;
-        sumlx = 0.0;
-        suml2 = 0.0;
-        for i in 0..16 {
-            let l = clamp(nearest_int(iscale * x[i]));
-            let w = x[i] * x[i];
-            let lf = l as f32;
-            sumlx += w * x[i] * lf;
-            suml2 += w * lf * lf;
-        }
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            for i in 0..16 {
-                let l = nearest_int(iscale * x[i]);
-                out_l[i] = (nmax + clamp(l)) as i8;
-            }
-            scale = sumlx / suml2;
-            best = scale * sumlx;
-        }
-    }
-    scale
-}
-
-/// ggml's `make_qkx2_quants` for 32 weights with `use_mad == false`.
-/// Writes `L` (0..=nmax) and returns `(scale, the_min)` where `the_min = -min >= 0`.
-fn make_qkx2_quants(
-    nmax: i32,
-    x: &[f32; 32],
-    weights: &[f32; 32],
-    out_l: &mut [u8; 32],
-    rmin: f32,
-    rdelta: f32,
-    nstep: i32,
-) -> (f32, f32) {
-    let n = 32;
-    let mut min = x[0];
-    let mut max = x[0];
-    let mut sum_w = weights[0];
-    let mut sum_x = sum_w * x[0];
-    for i in 1..n {
-        if x[i] < min {
-            min = x[i];
-        }
-        if x[i] > max {
-            max = x[i];
-        }
-        let w = weights[i];
-        sum_w += w;
-        sum_x += w * x[i];
-    }
-    if min > 0.0 {
-        min = 0.0;
-    }
-    if max == min {
-        *out_l = [0; 32];
-        return (0.0, -min);
-    }
-    let nmaxf = nmax as f32;
-    let mut iscale = nmaxf / (max - min);
-    let mut scale = 1.0 / iscale;
-    let mut best_error = 0.0f32;
-    for i in 0..n {
-        let l = nearest_int(iscale * (x[i] - min));
-        out_l[i] = l.clamp(0, nmax) as u8;
-        let diff = scale * out_l[i] as f32 + min - x[i];
-        let diff = diff * diff;
-        best_error += weights[i] * diff;
-    }
-    if nstep < 1 {
-        return (scale, -min);
-    }
-    let mut laux = [0u8; 32];
-    for is in 0..=nstep {
-        iscale = (rmin + rdelta * is as f32 + nmaxf) / (max - min);
-        let mut sum_l = 0.0f32;
-        let mut sum_l2 = 0.0f32;
-        let mut sum_xl = 0.0f32;
-        for i in 0..n {
-            let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-            laux[i] = l as u8;
-            let w = weights[i];
-            let lf = l as f32;
-            sum_l += w * lf;
-            sum_l2 += w * lf * lf;
-            sum_xl += w * lf * x[i];
-        }
-        let big_d = sum_w * sum_l2 - sum_l * sum_l;
-        if big_d > 0.0 {
-            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / big_d;
-            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / big_d;
-            if this_min > 0.0 {
-                this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
-            }
-            let mut cur_error = 0.0f32;
-            for i in 0..n {
-                let diff = this_scale * laux[i] as f32 + this_min - x[i];
-                let diff = diff * diff;
-                cur_error += weights[i] * diff;
-            }
-            if cur_error < best_error {
-                *out_l = laux;
-                best_error = cur_error;
-                scale = this_scale;
-                min = this_min;
-            }
-        }
-    }
-    (scale, -min)
-}
 
 /// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j`
 /// (0..8; larger `j` wrap modulo 8 rather than panic).
@@ -218,8 +63,17 @@ fn quantize_scales_mins(
             weights[l] = av_x + xs[l].abs();
         }
         let mut l_sub = [0u8; 32];
-        let (scale, the_min) =
-            make_qkx2_quants(nmax, &xs, &weights, &mut l_sub, rmin, rdelta, nstep);
+        let (scale, the_min) = make_qkx_quants(
+            Qkx::Two,
+            nmax,
+            &xs,
+            &weights,
+            &mut l_sub,
+            rmin,
+            rdelta,
+            nstep,
+            false,
+        );
         l_all[32 * j..32 * j + 32].copy_from_slice(&l_sub);
         scales[j] = scale;
         mins[j] = the_min;
@@ -237,10 +91,25 @@ fn quantize_scales_mins(
         0.0
     };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let mut ls = [0u8; QK_K / 32];
+    let mut lm = [0u8; QK_K / 32];
+    for j in 0..QK_K / 32 {
+        ls[j] = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        lm[j] = (nearest_int(inv_min * mins[j]) as u8).min(63);
+    }
+    let sc = pack_scales_mins(&ls, &lm);
+    let d = scale_to_fp16(max_scale / 63.0, "d")?;
+    let dmin = scale_to_fp16(max_min / 63.0, "dmin")?;
+    Ok(requantize_scales_mins(x, nmax, d, dmin, sc, l_all))
+}
+
+/// Packs the 6-bit sub-block scales `ls` and mins `lm` of Q4_K / Q5_K the
+/// way ggml does (into `uint8_t`: values above 63 spill into the high bits,
+/// as in ggml).
+fn pack_scales_mins(ls: &[u8; QK_K / 32], lm: &[u8; QK_K / 32]) -> [u8; K_SCALE_SIZE] {
     let mut sc = [0u8; K_SCALE_SIZE];
     for j in 0..QK_K / 32 {
-        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
-        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        let (ls, lm) = (ls[j], lm[j]);
         if j < 4 {
             sc[j] = ls;
             sc[j + 4] = lm;
@@ -250,9 +119,20 @@ fn quantize_scales_mins(
             sc[j] |= (lm >> 4) << 6;
         }
     }
-    let d = scale_to_fp16(max_scale / 63.0, "d")?;
-    let dmin = scale_to_fp16(max_min / 63.0, "dmin")?;
+    sc
+}
 
+/// The last step of every Q4_K / Q5_K quantizer: each weight of a sub-block
+/// whose stored scale is not zero is quantized again with the stored
+/// (fp16-rounded, 6-bit) scale and min; other sub-blocks keep `l_all`.
+fn requantize_scales_mins(
+    x: &[f32; QK_K],
+    nmax: i32,
+    d: [u8; 2],
+    dmin: [u8; 2],
+    sc: [u8; K_SCALE_SIZE],
+    mut l_all: [u8; QK_K],
+) -> ScalesMins {
     let df = fp16_to_f32(d);
     let dminf = fp16_to_f32(dmin);
     for j in 0..QK_K / 32 {
@@ -267,12 +147,83 @@ fn quantize_scales_mins(
             l_all[32 * j + ii] = l.clamp(0, nmax) as u8;
         }
     }
-    Ok(ScalesMins {
+    ScalesMins {
         d,
         dmin,
         scales: sc,
         l: l_all,
-    })
+    }
+}
+
+/// ggml's `quantize_row_q4_K_impl` / `quantize_row_q5_K_impl` with an
+/// importance matrix: weights `qw * sqrt(sigma2 + x^2)` with `sigma2 =
+/// 2 * mean(x^2)` of the super-block, `make_qkx3_quants` per sub-block of 32,
+/// then the 8 scales and the 8 mins through `make_qp_quants(63)` weighted by
+/// each sub-block's total weight. `clamp_63`: Q5_K clamps the 6-bit values
+/// to 63, Q4_K does not.
+fn quantize_scales_mins_weighted(
+    x: &[f32; QK_K],
+    qw: &[f32; QK_K],
+    nmax: i32,
+    clamp_63: bool,
+) -> Result<ScalesMins, FieldOverflow> {
+    let mut sum_x2 = 0.0f32;
+    for l in 0..QK_K {
+        sum_x2 += x[l] * x[l];
+    }
+    let sigma2 = 2.0 * sum_x2 / QK_K as f32;
+    let mut l_all = [0u8; QK_K];
+    let mut sw = [0.0f32; QK_K / 32];
+    let mut mins = [0.0f32; QK_K / 32];
+    let mut scales = [0.0f32; QK_K / 32];
+    for j in 0..QK_K / 32 {
+        let xs = sub::<32>(x, 32 * j);
+        let qws = sub::<32>(qw, 32 * j);
+        let mut weights = [0.0f32; 32];
+        for l in 0..32 {
+            weights[l] = qws[l] * (sigma2 + xs[l] * xs[l]).sqrt();
+        }
+        let mut sumw = 0.0f32;
+        for w in weights {
+            sumw += w;
+        }
+        sw[j] = sumw;
+        let mut l_sub = [0u8; 32];
+        let (scale, the_min) = make_qkx_quants(
+            Qkx::Three,
+            nmax,
+            &xs,
+            &weights,
+            &mut l_sub,
+            -0.9,
+            0.05,
+            36,
+            false,
+        );
+        l_all[32 * j..32 * j + 32].copy_from_slice(&l_sub);
+        scales[j] = scale;
+        mins[j] = the_min;
+    }
+    let mut ls = [0u8; QK_K / 32];
+    let mut lm = [0u8; QK_K / 32];
+    let d_block = make_qp_quants(63, &scales, &mut ls, &sw);
+    let m_block = make_qp_quants(63, &mins, &mut lm, &sw);
+    if clamp_63 {
+        ls = ls.map(|v| v.min(63));
+        lm = lm.map(|v| v.min(63));
+    }
+    let sc = pack_scales_mins(&ls, &lm);
+    let d = scale_to_fp16(d_block, "d")?;
+    let dmin = scale_to_fp16(m_block, "dmin")?;
+    Ok(requantize_scales_mins(x, nmax, d, dmin, sc, l_all))
+}
+
+/// The `N` values of `x` from `start` (a sub-block), as an array.
+#[inline]
+fn sub<const N: usize>(x: &[f32; QK_K], start: usize) -> [f32; N] {
+    let mut out = [0.0f32; N];
+    out.copy_from_slice(&x[start..start + N]);
+    out
 }
 
 /// Output of [`quantize_scales_mins`]: the fields shared by Q4_K and Q5_K
@@ -347,19 +298,32 @@ impl BlockQ4K {
     }
 
     fn quantize(x: &[f32; QK_K]) -> Result<Self, FieldOverflow> {
-        let ScalesMins { d, dmin, scales, l } = quantize_scales_mins(x, 15, -1.0, 0.1, 20)?;
+        Ok(Self::pack(quantize_scales_mins(x, 15, -1.0, 0.1, 20)?))
+    }
+
+    /// ggml's `quantize_row_q4_K_impl` with an importance matrix.
+    fn quantize_weighted(
+        x: &[f32; QK_K],
+        qw: &[f32; QK_K],
+        _row_mean_square: f32,
+    ) -> Result<Self, FieldOverflow> {
+        Ok(Self::pack(quantize_scales_mins_weighted(x, qw, 15, false)?))
+    }
+
+    fn pack(sm: ScalesMins) -> Self {
+        let ScalesMins { d, dmin, scales, l } = sm;
         let mut qs = [0u8; QK_K / 2];
         for (j, q) in (0..QK_K).step_by(64).zip(qs.chunks_exact_mut(32)) {
             for (i, qb) in q.iter_mut().enumerate() {
                 *qb = l[j + i] | (l[j + i + 32] << 4);
             }
         }
-        Ok(Self {
+        Self {
             d,
             dmin,
             scales,
             qs,
-        })
+        }
     }
 }
 
@@ -367,6 +331,7 @@ impl BlockQ4K {
 #[derive(Debug, Clone, Copy)]
 pub struct Q4K;
 impl_block_format!(Q4K, BlockQ4K, GgmlType::Q4_K, QK_K, 144);
+impl_weighted_block_format!(Q4K, BlockQ4K, GgmlType::Q4_K, QK_K);
 
 // ---------------------------------------------------------------- Q5_K
 
@@ -440,7 +405,20 @@ impl BlockQ5K {
     }
 
     fn quantize(x: &[f32; QK_K]) -> Result<Self, FieldOverflow> {
-        let ScalesMins { d, dmin, scales, l } = quantize_scales_mins(x, 31, -0.5, 0.1, 15)?;
+        Ok(Self::pack(quantize_scales_mins(x, 31, -0.5, 0.1, 15)?))
+    }
+
+    /// ggml's `quantize_row_q5_K_impl` with an importance matrix.
+    fn quantize_weighted(
+        x: &[f32; QK_K],
+        qw: &[f32; QK_K],
+        _row_mean_square: f32,
+    ) -> Result<Self, FieldOverflow> {
+        Ok(Self::pack(quantize_scales_mins_weighted(x, qw, 31, true)?))
+    }
+
+    fn pack(sm: ScalesMins) -> Self {
+        let ScalesMins { d, dmin, scales, l } = sm;
         let mut qs = [0u8; QK_K / 2];
         let mut qh = [0u8; QK_K / 8];
         let mut m1 = 1u8;
@@ -462,13 +440,13 @@ impl BlockQ5K {
             m1 = m1.wrapping_shl(2);
             m2 = m2.wrapping_shl(2);
         }
-        Ok(Self {
+        Self {
             d,
             dmin,
             scales,
             qh,
             qs,
-        })
+        }
     }
 }
 
@@ -476,6 +454,7 @@ impl BlockQ5K {
 #[derive(Debug, Clone, Copy)]
 pub struct Q5K;
 impl_block_format!(Q5K, BlockQ5K, GgmlType::Q5_K, QK_K, 176);
+impl_weighted_block_format!(Q5K, BlockQ5K, GgmlType::Q5_K, QK_K);
 
 // ---------------------------------------------------------------- Q6_K
 
@@ -536,15 +515,29 @@ impl BlockQ6K {
     }
 
     fn quantize(x: &[f32; QK_K]) -> Result<Self, FieldOverflow> {
+        Self::quantize_with(x, None)
+    }
+
+    /// ggml's `quantize_row_q6_K_impl` with an importance matrix: the raw
+    /// importance is the weight of `make_qx_quants` (no `sigma2` term).
+    fn quantize_weighted(
+        x: &[f32; QK_K],
+        qw: &[f32; QK_K],
+        _row_mean_square: f32,
+    ) -> Result<Self, FieldOverflow> {
+        Self::quantize_with(x, Some(qw))
+    }
+
+    fn quantize_with(x: &[f32; QK_K], qw: Option<&[f32; QK_K]>) -> Result<Self, FieldOverflow> {
         let mut l_all = [0i8; QK_K];
         let mut scales = [0.0f32; QK_K / 16];
         let mut max_scale = 0.0f32;
         let mut max_abs_scale = 0.0f32;
         for ib in 0..QK_K / 16 {
-            let mut xs = [0.0f32; 16];
-            xs.copy_from_slice(&x[16 * ib..16 * ib + 16]);
+            let xs = sub::<16>(x, 16 * ib);
             let mut l_sub = [0i8; 16];
-            let scale = make_qx_quants_rmse1(32, &xs, &mut l_sub);
+            let qws = qw.map(|q| sub::<16>(q, 16 * ib));
+            let scale = make_qx_quants(32, &xs, &mut l_sub, qws.as_ref());
             l_all[16 * ib..16 * ib + 16].copy_from_slice(&l_sub);
             scales[ib] = scale;
             let abs_scale = scale.abs();
@@ -611,3 +604,424 @@ impl BlockQ6K {
 #[derive(Debug, Clone, Copy)]
 pub struct Q6K;
 impl_block_format!(Q6K, BlockQ6K, GgmlType::Q6_K, QK_K, 210);
+impl_weighted_block_format!(Q6K, BlockQ6K, GgmlType::Q6_K, QK_K);
+
+// ---------------------------------------------------------------- Q2_K
+
+/// `block_q2_K`: 16 packed 4-bit scale/min pairs (scale low nibble, min
+/// high nibble), 256 2-bit quants, fp16 super-scale and super-min (last).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQ2K {
+    /// Per sub-block of 16: scale (low nibble) and min (high nibble).
+    pub scales: [u8; QK_K / 16],
+    /// 2-bit quants: per 128 weights, byte `l` holds weights `l`, `l + 32`,
+    /// `l + 64`, `l + 96` in bits 0-1, 2-3, 4-5, 6-7.
+    pub qs: [u8; QK_K / 4],
+    /// Super-block scale of the scales (fp16, little-endian).
+    pub d: [u8; 2],
+    /// Super-block scale of the mins (fp16, little-endian).
+    pub dmin: [u8; 2],
+}
+
+/// Packs 256 2-bit values the way Q2_K and Q3_K store them.
+fn pack_2bit(l: &[u8; QK_K]) -> [u8; QK_K / 4] {
+    let mut qs = [0u8; QK_K / 4];
+    for j in (0..QK_K).step_by(128) {
+        for i in 0..32 {
+            qs[j / 4 + i] =
+                l[j + i] | (l[j + i + 32] << 2) | (l[j + i + 64] << 4) | (l[j + i + 96] << 6);
+        }
+    }
+    qs
+}
+
+impl BlockQ2K {
+    fn from_bytes(b: &[u8; 84]) -> Self {
+        let mut r = ByteReader::new(b);
+        Self {
+            scales: r.take(),
+            qs: r.take(),
+            d: r.take(),
+            dmin: r.take(),
+        }
+    }
+
+    fn to_bytes(self) -> [u8; 84] {
+        let mut out = [0u8; 84];
+        let mut w = ByteWriter::new(&mut out);
+        w.put(&self.scales);
+        w.put(&self.qs);
+        w.put(&self.d);
+        w.put(&self.dmin);
+        out
+    }
+
+    fn dequantize(&self, y: &mut [f32; QK_K]) {
+        let d = fp16_to_f32(self.d);
+        let min = fp16_to_f32(self.dmin);
+        let mut is = 0;
+        for (half, ys) in y.chunks_exact_mut(128).enumerate() {
+            let q = &self.qs[32 * half..32 * half + 32];
+            for (j, ys) in ys.chunks_exact_mut(32).enumerate() {
+                let shift = 2 * j;
+                for (part, ys) in ys.chunks_exact_mut(16).enumerate() {
+                    let sc = self.scales[is];
+                    is += 1;
+                    let dl = d * (sc & 0x0F) as f32;
+                    let ml = min * (sc >> 4) as f32;
+                    for (l, v) in ys.iter_mut().enumerate() {
+                        *v = dl * ((q[16 * part + l] >> shift) & 3) as f32 - ml;
+                    }
+                }
+            }
+        }
+    }
+
+    /// ggml's `quantize_row_q2_K_ref`.
+    fn quantize(x: &[f32; QK_K]) -> Result<Self, FieldOverflow> {
+        let mut l_all = [0u8; QK_K];
+        let mut mins = [0.0f32; QK_K / 16];
+        let mut scales = [0.0f32; QK_K / 16];
+        let mut max_scale = 0.0f32;
+        let mut max_min = 0.0f32;
+        for j in 0..QK_K / 16 {
+            let xs = sub::<16>(x, 16 * j);
+            let weights = xs.map(f32::abs);
+            let mut l_sub = [0u8; 16];
+            let (scale, the_min) =
+                make_qkx_quants(Qkx::Two, 3, &xs, &weights, &mut l_sub, -0.5, 0.1, 15, true);
+            l_all[16 * j..16 * j + 16].copy_from_slice(&l_sub);
+            scales[j] = scale;
+            mins[j] = the_min;
+            if scale > max_scale {
+                max_scale = scale;
+            }
+            if the_min > max_min {
+                max_min = the_min;
+            }
+        }
+
+        const Q4SCALE: f32 = 15.0;
+        let mut sc = [0u8; QK_K / 16];
+        let d = if max_scale > 0.0 {
+            let iscale = Q4SCALE / max_scale;
+            for j in 0..QK_K / 16 {
+                sc[j] = nearest_int(iscale * scales[j]) as u8;
+            }
+            scale_to_fp16(max_scale / Q4SCALE, "d")?
+        } else {
+            scale_to_fp16(0.0, "d")?
+        };
+        let dmin = if max_min > 0.0 {
+            let iscale = Q4SCALE / max_min;
+            for j in 0..QK_K / 16 {
+                sc[j] |= (nearest_int(iscale * mins[j]) << 4) as u8;
+            }
+            scale_to_fp16(max_min / Q4SCALE, "dmin")?
+        } else {
+            scale_to_fp16(0.0, "dmin")?
+        };
+        Ok(Self::requantize(x, sc, d, dmin, l_all))
+    }
+
+    /// ggml's `quantize_row_q2_K_impl` with an importance matrix: weights
+    /// `qw * sqrt(sigma2 + x^2)` with `sigma2 = mean(x^2)` of the super-block,
+    /// `make_qkx3_quants` per sub-block of 16, and the 16 scales and mins
+    /// through `make_qp_quants(15)` weighted by each sub-block's total weight.
+    fn quantize_weighted(
+        x: &[f32; QK_K],
+        qw: &[f32; QK_K],
+        _row_mean_square: f32,
+    ) -> Result<Self, FieldOverflow> {
+        let mut sumx2 = 0.0f32;
+        for v in x {
+            sumx2 += v * v;
+        }
+        let sigma2 = sumx2 / QK_K as f32;
+        let mut l_all = [0u8; QK_K];
+        let mut sw = [0.0f32; QK_K / 16];
+        let mut mins = [0.0f32; QK_K / 16];
+        let mut scales = [0.0f32; QK_K / 16];
+        for j in 0..QK_K / 16 {
+            let xs = sub::<16>(x, 16 * j);
+            let qws = sub::<16>(qw, 16 * j);
+            let mut weight = [0.0f32; 16];
+            for l in 0..16 {
+                weight[l] = qws[l] * (sigma2 + xs[l] * xs[l]).sqrt();
+            }
+            for w in weight {
+                sw[j] += w;
+            }
+            let mut l_sub = [0u8; 16];
+            let (scale, the_min) = make_qkx_quants(
+                Qkx::Three,
+                3,
+                &xs,
+                &weight,
+                &mut l_sub,
+                -0.9,
+                0.05,
+                36,
+                false,
+            );
+            l_all[16 * j..16 * j + 16].copy_from_slice(&l_sub);
+            scales[j] = scale;
+            mins[j] = the_min;
+        }
+        let mut ls = [0u8; QK_K / 16];
+        let mut lm = [0u8; QK_K / 16];
+        let dm = make_qp_quants(15, &scales, &mut ls, &sw);
+        let mm = make_qp_quants(15, &mins, &mut lm, &sw);
+        let d = scale_to_fp16(dm, "d")?;
+        let dmin = scale_to_fp16(mm, "dmin")?;
+        let mut sc = [0u8; QK_K / 16];
+        for j in 0..QK_K / 16 {
+            sc[j] = ls[j] | (lm[j] << 4);
+        }
+        Ok(Self::requantize(x, sc, d, dmin, l_all))
+    }
+
+    /// Quantizes every weight again with the stored scales (sub-blocks whose
+    /// scale is zero keep `l_all`) and packs the block.
+    fn requantize(
+        x: &[f32; QK_K],
+        sc: [u8; QK_K / 16],
+        d: [u8; 2],
+        dmin: [u8; 2],
+        mut l_all: [u8; QK_K],
+    ) -> Self {
+        let df = fp16_to_f32(d);
+        let dminf = fp16_to_f32(dmin);
+        for j in 0..QK_K / 16 {
+            let dd = df * (sc[j] & 0x0F) as f32;
+            if dd == 0.0 {
+                continue;
+            }
+            let dm = dminf * (sc[j] >> 4) as f32;
+            for ii in 0..16 {
+                let l = nearest_int((x[16 * j + ii] + dm) / dd);
+                l_all[16 * j + ii] = l.clamp(0, 3) as u8;
+            }
+        }
+        Self {
+            scales: sc,
+            qs: pack_2bit(&l_all),
+            d,
+            dmin,
+        }
+    }
+}
+
+/// Marker for the Q2_K format.
+#[derive(Debug, Clone, Copy)]
+pub struct Q2K;
+impl_block_format!(Q2K, BlockQ2K, GgmlType::Q2_K, QK_K, 84);
+impl_weighted_block_format!(Q2K, BlockQ2K, GgmlType::Q2_K, QK_K);
+
+// ---------------------------------------------------------------- Q3_K
+
+/// `block_q3_K`: 256 3-bit quants (2 low bits + a high-bit mask), 16
+/// 6-bit signed scales (offset 32) packed into 12 bytes, fp16 super-scale.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockQ3K {
+    /// High bits: bit `k` of byte `m` is the high bit of weight `32k + m`
+    /// (set means the quant is `>= 0`, i.e. ggml subtracts 4 when it is clear).
+    pub hmask: [u8; QK_K / 8],
+    /// Low 2 bits, packed as in Q2_K.
+    pub qs: [u8; QK_K / 4],
+    /// 16 6-bit scales: low nibbles in bytes 0-7 (sub-blocks 0-7 low, 8-15
+    /// high nibble), high 2-bit pairs in bytes 8-11 (see [`q3k_scale`]).
+    pub scales: [u8; 12],
+    /// Super-block scale (fp16, little-endian).
+    pub d: [u8; 2],
+}
+
+/// The signed 6-bit scale (-32..=31) of sub-block `j` (0..16; larger `j`
+/// wrap modulo 16) of a Q3_K block, as ggml unpacks it.
+#[inline]
+pub fn q3k_scale(j: usize, scales: &[u8; 12]) -> i8 {
+    let j = j % 16;
+    let low = if j < 8 {
+        scales[j] & 0x0F
+    } else {
+        scales[j - 8] >> 4
+    };
+    let high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+    (low | (high << 4)) as i8 - 32
+}
+
+impl BlockQ3K {
+    fn from_bytes(b: &[u8; 110]) -> Self {
+        let mut r = ByteReader::new(b);
+        Self {
+            hmask: r.take(),
+            qs: r.take(),
+            scales: r.take(),
+            d: r.take(),
+        }
+    }
+
+    fn to_bytes(self) -> [u8; 110] {
+        let mut out = [0u8; 110];
+        let mut w = ByteWriter::new(&mut out);
+        w.put(&self.hmask);
+        w.put(&self.qs);
+        w.put(&self.scales);
+        w.put(&self.d);
+        out
+    }
+
+    fn dequantize(&self, y: &mut [f32; QK_K]) {
+        let d_all = fp16_to_f32(self.d);
+        let mut is = 0;
+        for (half, ys) in y.chunks_exact_mut(128).enumerate() {
+            let q = &self.qs[32 * half..32 * half + 32];
+            for (j, ys) in ys.chunks_exact_mut(32).enumerate() {
+                let shift = 2 * j;
+                let m = 1u8 << (4 * half + j);
+                for (part, ys) in ys.chunks_exact_mut(16).enumerate() {
+                    let dl = d_all * (q3k_scale(is, &self.scales) as i32) as f32;
+                    is += 1;
+                    for (l, v) in ys.iter_mut().enumerate() {
+                        let k = 16 * part + l;
+                        let low = ((q[k] >> shift) & 3) as i32;
+                        let sub = if self.hmask[k] & m != 0 { 0 } else { 4 };
+                        *v = dl * (low - sub) as f32;
+                    }
+                }
+            }
+        }
+    }
+
+    /// ggml's `quantize_row_q3_K_ref`.
+    fn quantize(x: &[f32; QK_K]) -> Result<Self, FieldOverflow> {
+        let mut l_all = [0i8; QK_K];
+        let mut scales = [0.0f32; QK_K / 16];
+        let mut max_scale = 0.0f32;
+        let mut amax = 0.0f32;
+        for j in 0..QK_K / 16 {
+            let xs = sub::<16>(x, 16 * j);
+            let mut l_sub = [0i8; 16];
+            scales[j] = make_q3_quants(4, &xs, &mut l_sub);
+            l_all[16 * j..16 * j + 16].copy_from_slice(&l_sub);
+            let scale = scales[j].abs();
+            if scale > amax {
+                amax = scale;
+                max_scale = scales[j];
+            }
+        }
+        // C: `if (max_scale)`, true for NaN too.
+        let (sc, d) = if max_scale != 0.0 {
+            let iscale = -32.0f32 / max_scale;
+            let mut ls = [0i32; QK_K / 16];
+            for j in 0..QK_K / 16 {
+                // C: int8_t l = nearest_int(...); l = MAX(-32, MIN(31, l)) + 32;
+                let l = nearest_int(iscale * scales[j]) as i8 as i32;
+                ls[j] = l.clamp(-32, 31) + 32;
+            }
+            (Self::pack_scales(&ls), scale_to_fp16(1.0 / iscale, "d")?)
+        } else {
+            ([0u8; 12], scale_to_fp16(0.0, "d")?)
+        };
+        Ok(Self::requantize(x, sc, d, l_all))
+    }
+
+    /// ggml's `quantize_row_q3_K_impl` with an importance matrix: weights
+    /// `qw * sqrt(sigma2 + x^2)` with `sigma2 = 2 * mean(x^2)` of the
+    /// super-block, `make_qx_quants(4)` per sub-block of 16, and the 16
+    /// scales through `make_qx_quants(32)` weighted by each sub-block's
+    /// total weight.
+    fn quantize_weighted(
+        x: &[f32; QK_K],
+        qw: &[f32; QK_K],
+        _row_mean_square: f32,
+    ) -> Result<Self, FieldOverflow> {
+        let mut sumx2 = 0.0f32;
+        for v in x {
+            sumx2 += v * v;
+        }
+        let sigma2 = 2.0 * sumx2 / QK_K as f32;
+        let mut l_all = [0i8; QK_K];
+        let mut scales = [0.0f32; QK_K / 16];
+        let mut sw = [0.0f32; QK_K / 16];
+        for j in 0..QK_K / 16 {
+            let xs = sub::<16>(x, 16 * j);
+            let qws = sub::<16>(qw, 16 * j);
+            let mut weight = [0.0f32; 16];
+            for l in 0..16 {
+                weight[l] = qws[l] * (sigma2 + xs[l] * xs[l]).sqrt();
+            }
+            let mut sumw = 0.0f32;
+            for w in weight {
+                sumw += w;
+            }
+            sw[j] = sumw;
+            let mut l_sub = [0i8; 16];
+            scales[j] = make_qx_quants(4, &xs, &mut l_sub, Some(&weight));
+            l_all[16 * j..16 * j + 16].copy_from_slice(&l_sub);
+        }
+        let mut ls8 = [0i8; QK_K / 16];
+        let d_block = make_qx_quants(32, &scales, &mut ls8, Some(&sw));
+        let ls = ls8.map(|l| l as i32);
+        let sc = Self::pack_scales(&ls);
+        let d = scale_to_fp16(d_block, "d")?;
+        Ok(Self::requantize(x, sc, d, l_all))
+    }
+
+    /// Packs 16 6-bit scales (0..=63, already offset by 32) as ggml does.
+    pub(crate) fn pack_scales(ls: &[i32; QK_K / 16]) -> [u8; 12] {
+        let mut sc = [0u8; 12];
+        for j in 0..QK_K / 16 {
+            let l = ls[j];
+            if j < 8 {
+                sc[j] = (l & 0x0F) as u8;
+            } else {
+                sc[j - 8] |= ((l & 0x0F) << 4) as u8;
+            }
+            let l = l >> 4;
+            sc[j % 4 + 8] |= (l << (2 * (j / 4))) as u8;
+        }
+        sc
+    }
+
+    /// Quantizes every weight again with the stored scales (sub-blocks whose
+    /// scale is zero keep `l_all`, biased by 4), then splits the high bits
+    /// into `hmask` and packs the low bits.
+    fn requantize(x: &[f32; QK_K], sc: [u8; 12], d: [u8; 2], mut l_all: [i8; QK_K]) -> Self {
+        let df = fp16_to_f32(d);
+        for j in 0..QK_K / 16 {
+            let dd = df * q3k_scale(j, &sc) as f32;
+            if dd == 0.0 {
+                continue;
+            }
+            for ii in 0..16 {
+                let l = nearest_int(x[16 * j + ii] / dd).clamp(-4, 3);
+                l_all[16 * j + ii] = (l + 4) as i8;
+            }
+        }
+        let mut hmask = [0u8; QK_K / 8];
+        let mut low = [0u8; QK_K];
+        for j in 0..QK_K {
+            let mut l = l_all[j] as u8;
+            if l > 3 {
+                hmask[j % (QK_K / 8)] |= 1 << (j / (QK_K / 8));
+                l -= 4;
+            }
+            low[j] = l;
+        }
+        Self {
+            hmask,
+            qs: pack_2bit(&low),
+            scales: sc,
+            d,
+        }
+    }
+}
+
+/// Marker for the Q3_K format.
+#[derive(Debug, Clone, Copy)]
+pub struct Q3K;
+impl_block_format!(Q3K, BlockQ3K, GgmlType::Q3_K, QK_K, 110);
+impl_weighted_block_format!(Q3K, BlockQ3K, GgmlType::Q3_K, QK_K);

@@ -5,8 +5,9 @@
 //! identical to ggml's reference code.
 #![allow(clippy::needless_range_loop)]
 
-use crate::block::{impl_block_format, ByteReader, ByteWriter};
+use crate::block::{impl_block_format, impl_weighted_block_format, ByteReader, ByteWriter};
 use crate::float::{fp16_to_f32, scale_to_fp16, FieldOverflow};
+use crate::search::{make_qkx_quants, make_qx_quants, Qkx};
 use crate::types::GgmlType;
 
 /// Weights per legacy block.
@@ -63,6 +64,41 @@ fn min_max(x: &[f32; QK]) -> (f32, f32) {
         }
     }
     (min, max)
+}
+
+/// The weights of ggml's importance-weighted legacy quantizers:
+/// `qw[j] * sqrt(sigma2 + x[j]^2)`, `sigma2` the mean of `x^2` over the row.
+#[inline]
+fn importance_weights(x: &[f32; QK], qw: &[f32; QK], sigma2: f32) -> [f32; QK] {
+    let mut w = [0.0f32; QK];
+    for j in 0..QK {
+        w[j] = qw[j] * (sigma2 + x[j] * x[j]).sqrt();
+    }
+    w
+}
+
+/// Packs 32 5-bit quants into low nibbles and a little-endian `qh` word.
+#[inline]
+fn pack_5bit(l: &[u8; QK]) -> ([u8; QK / 2], [u8; 4]) {
+    let mut qs = [0u8; QK / 2];
+    let mut qh = 0u32;
+    for j in 0..QK / 2 {
+        let (xi0, xi1) = (l[j], l[j + QK / 2]);
+        qs[j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4);
+        qh |= (((xi0 & 0x10) as u32) >> 4) << j;
+        qh |= (((xi1 & 0x10) as u32) >> 4) << (j + QK / 2);
+    }
+    (qs, qh.to_le_bytes())
+}
+
+/// Packs 32 4-bit quants into nibbles (low = weight j, high = weight j + 16).
+#[inline]
+fn pack_4bit(l: &[u8; QK]) -> [u8; QK / 2] {
+    let mut qs = [0u8; QK / 2];
+    for j in 0..QK / 2 {
+        qs[j] = l[j] | (l[j + QK / 2] << 4);
+    }
+    qs
 }
 
 #[inline]
@@ -132,10 +168,29 @@ impl BlockQ4_0 {
     }
 }
 
+impl BlockQ4_0 {
+    /// ggml's `quantize_row_q4_0_impl` with an importance matrix:
+    /// `make_qx_quants(8)` under weights `qw * sqrt(sigma2 + x^2)`.
+    fn quantize_weighted(
+        x: &[f32; QK],
+        qw: &[f32; QK],
+        sigma2: f32,
+    ) -> Result<Self, FieldOverflow> {
+        let weight = importance_weights(x, qw, sigma2);
+        let mut l = [0i8; QK];
+        let d = make_qx_quants(8, x, &mut l, Some(&weight));
+        Ok(Self {
+            d: scale_to_fp16(d, "d")?,
+            qs: pack_4bit(&l.map(|v| v as u8)),
+        })
+    }
+}
+
 /// Marker for the Q4_0 format.
 #[derive(Debug, Clone, Copy)]
 pub struct Q4_0;
 impl_block_format!(Q4_0, BlockQ4_0, GgmlType::Q4_0, QK, 18);
+impl_weighted_block_format!(Q4_0, BlockQ4_0, GgmlType::Q4_0, QK);
 
 // ---------------------------------------------------------------- Q4_1
 
@@ -201,10 +256,31 @@ impl BlockQ4_1 {
     }
 }
 
+impl BlockQ4_1 {
+    /// ggml's `quantize_row_q4_1_impl` with an importance matrix:
+    /// `make_qkx3_quants(15)` under weights `qw * sqrt(sigma2 + x^2)`.
+    fn quantize_weighted(
+        x: &[f32; QK],
+        qw: &[f32; QK],
+        sigma2: f32,
+    ) -> Result<Self, FieldOverflow> {
+        let weight = importance_weights(x, qw, sigma2);
+        let mut l = [0u8; QK];
+        let (d, the_min) =
+            make_qkx_quants(Qkx::Three, 15, x, &weight, &mut l, -0.9, 0.05, 36, false);
+        Ok(Self {
+            d: scale_to_fp16(d, "d")?,
+            m: scale_to_fp16(-the_min, "m")?,
+            qs: pack_4bit(&l),
+        })
+    }
+}
+
 /// Marker for the Q4_1 format.
 #[derive(Debug, Clone, Copy)]
 pub struct Q4_1;
 impl_block_format!(Q4_1, BlockQ4_1, GgmlType::Q4_1, QK, 20);
+impl_weighted_block_format!(Q4_1, BlockQ4_1, GgmlType::Q4_1, QK);
 
 // ---------------------------------------------------------------- Q5_0
 
@@ -275,10 +351,28 @@ impl BlockQ5_0 {
     }
 }
 
+impl BlockQ5_0 {
+    /// ggml's `quantize_row_q5_0_impl` with an importance matrix:
+    /// `make_qx_quants(16)` under weights `qw * sqrt(sigma2 + x^2)`.
+    fn quantize_weighted(
+        x: &[f32; QK],
+        qw: &[f32; QK],
+        sigma2: f32,
+    ) -> Result<Self, FieldOverflow> {
+        let weight = importance_weights(x, qw, sigma2);
+        let mut l = [0i8; QK];
+        let d = make_qx_quants(16, x, &mut l, Some(&weight));
+        let d = scale_to_fp16(d, "d")?;
+        let (qs, qh) = pack_5bit(&l.map(|v| v as u8));
+        Ok(Self { d, qh, qs })
+    }
+}
+
 /// Marker for the Q5_0 format.
 #[derive(Debug, Clone, Copy)]
 pub struct Q5_0;
 impl_block_format!(Q5_0, BlockQ5_0, GgmlType::Q5_0, QK, 22);
+impl_weighted_block_format!(Q5_0, BlockQ5_0, GgmlType::Q5_0, QK);
 
 // ---------------------------------------------------------------- Q5_1
 
@@ -355,10 +449,30 @@ impl BlockQ5_1 {
     }
 }
 
+impl BlockQ5_1 {
+    /// ggml's `quantize_row_q5_1_impl` with an importance matrix:
+    /// `make_qkx3_quants(31)` under weights `qw * sqrt(sigma2 + x^2)`.
+    fn quantize_weighted(
+        x: &[f32; QK],
+        qw: &[f32; QK],
+        sigma2: f32,
+    ) -> Result<Self, FieldOverflow> {
+        let weight = importance_weights(x, qw, sigma2);
+        let mut l = [0u8; QK];
+        let (d, the_min) =
+            make_qkx_quants(Qkx::Three, 31, x, &weight, &mut l, -0.9, 0.05, 36, false);
+        let d = scale_to_fp16(d, "d")?;
+        let m = scale_to_fp16(-the_min, "m")?;
+        let (qs, qh) = pack_5bit(&l);
+        Ok(Self { d, m, qh, qs })
+    }
+}
+
 /// Marker for the Q5_1 format.
 #[derive(Debug, Clone, Copy)]
 pub struct Q5_1;
 impl_block_format!(Q5_1, BlockQ5_1, GgmlType::Q5_1, QK, 24);
+impl_weighted_block_format!(Q5_1, BlockQ5_1, GgmlType::Q5_1, QK);
 
 // ---------------------------------------------------------------- Q8_0
 

@@ -1,26 +1,47 @@
 //! Whole-row entry points: argument validation and dispatch by [`GgmlType`].
 
-use crate::block::{BlockFormat, EncodeError};
+use crate::block::{BlockFormat, EncodeError, WeightedBlockFormat};
 use crate::dtype::{apply_dtype, MaterializeStats, TorchDtype};
 use crate::error::{Op, QuantError};
 use crate::float::{bf16_to_f32, f32_to_bf16, f32_to_fp16, fp16_to_f32};
-use crate::k_quants::{Q4K, Q5K, Q6K};
+use crate::iq4::{Iq4Nl, Iq4Xs};
+use crate::k_quants::{Q2K, Q3K, Q4K, Q5K, Q6K};
 use crate::legacy::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::types::GgmlType;
 
-/// True when [`dequantize_rows`] implements `ty`.
-pub fn supports_decode(ty: GgmlType) -> bool {
+/// Every type [`dequantize_rows`] and [`quantize_rows`] implement, in id order.
+pub const SUPPORTED_TYPES: [GgmlType; 15] = {
     use GgmlType::*;
-    matches!(
-        ty,
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K
-    )
+    [
+        F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16,
+    ]
+};
+
+/// The types whose ggml quantizer uses an importance matrix (see
+/// [`quantize_rows_imatrix`]), in id order.
+pub const IMATRIX_TYPES: [GgmlType; 11] = {
+    use GgmlType::*;
+    [
+        Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
+    ]
+};
+
+/// True when [`dequantize_rows`] implements `ty` (one of [`SUPPORTED_TYPES`]).
+pub fn supports_decode(ty: GgmlType) -> bool {
+    SUPPORTED_TYPES.contains(&ty)
 }
 
-/// True when [`quantize_rows`] implements `ty`.
+/// True when [`quantize_rows`] and [`quantize_rows_imatrix`] implement `ty`.
 pub fn supports_encode(ty: GgmlType) -> bool {
     // Every decodable type is also encodable (ggml's reference quantizers).
     supports_decode(ty)
+}
+
+/// True when ggml's quantizer of `ty` uses an importance matrix (one of
+/// [`IMATRIX_TYPES`]); for the other encodable types (Q8_0, F16, BF16, F32)
+/// [`quantize_rows_imatrix`] writes the bytes of [`quantize_rows`], as ggml does.
+pub fn uses_imatrix(ty: GgmlType) -> bool {
+    IMATRIX_TYPES.contains(&ty)
 }
 
 /// Bytes of one row of `ncols` weights of `ty`, or why that is not a valid row.
@@ -109,9 +130,13 @@ pub fn dequantize_rows(
         GgmlType::Q5_0 => decode_blocks::<Q5_0>(src, out),
         GgmlType::Q5_1 => decode_blocks::<Q5_1>(src, out),
         GgmlType::Q8_0 => decode_blocks::<Q8_0>(src, out),
+        GgmlType::Q2_K => decode_blocks::<Q2K>(src, out),
+        GgmlType::Q3_K => decode_blocks::<Q3K>(src, out),
         GgmlType::Q4_K => decode_blocks::<Q4K>(src, out),
         GgmlType::Q5_K => decode_blocks::<Q5K>(src, out),
         GgmlType::Q6_K => decode_blocks::<Q6K>(src, out),
+        GgmlType::IQ4_NL => decode_blocks::<Iq4Nl>(src, out),
+        GgmlType::IQ4_XS => decode_blocks::<Iq4Xs>(src, out),
         _ => Err(QuantError::Unsupported { ty, op: Op::Decode }),
     }
 }
@@ -127,9 +152,11 @@ fn decode_blocks<F: BlockFormat>(src: &[u8], out: &mut [f32]) -> Result<(), Quan
 /// Quantizes (or converts) whole rows of f32 to `ty`: `src` holds whole rows
 /// of `ncols` weights, `dst` exactly their bytes.
 ///
-/// Byte-identical to ggml's `quantize_row_*_ref` (what llama-quantize writes
-/// without an importance matrix), except that this function fails where ggml
-/// would silently write garbage:
+/// Byte-identical to what ggml's `ggml_quantize_chunk` writes without an
+/// importance matrix (what llama-quantize writes without one): the reference
+/// quantizers `quantize_row_*_ref`, and for IQ4_NL `quantize_iq4_nl(.., NULL)`
+/// (see [`crate::iq4`]), except that this function fails where ggml would
+/// silently write garbage:
 /// - [`QuantError::NonFiniteInput`] for a NaN/inf input to a block format;
 /// - [`QuantError::ScaleOverflow`] for a block scale/min beyond fp16;
 /// - [`QuantError::F16Overflow`] for a finite value that F16 would turn into inf.
@@ -174,10 +201,41 @@ pub fn quantize_rows(
         GgmlType::Q5_0 => encode_blocks::<Q5_0>(src, ncols, dst),
         GgmlType::Q5_1 => encode_blocks::<Q5_1>(src, ncols, dst),
         GgmlType::Q8_0 => encode_blocks::<Q8_0>(src, ncols, dst),
+        GgmlType::Q2_K => encode_blocks::<Q2K>(src, ncols, dst),
+        GgmlType::Q3_K => encode_blocks::<Q3K>(src, ncols, dst),
         GgmlType::Q4_K => encode_blocks::<Q4K>(src, ncols, dst),
         GgmlType::Q5_K => encode_blocks::<Q5K>(src, ncols, dst),
         GgmlType::Q6_K => encode_blocks::<Q6K>(src, ncols, dst),
+        GgmlType::IQ4_NL => encode_blocks::<Iq4Nl>(src, ncols, dst),
+        GgmlType::IQ4_XS => encode_blocks::<Iq4Xs>(src, ncols, dst),
         _ => Err(QuantError::Unsupported { ty, op: Op::Encode }),
+    }
+}
+
+fn check_finite(ty: GgmlType, src: &[f32]) -> Result<(), QuantError> {
+    match src.iter().position(|v| !v.is_finite()) {
+        Some(index) => Err(QuantError::NonFiniteInput {
+            ty,
+            index,
+            value: src[index],
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Turns a block-level [`EncodeError`] of block `block` (counted from the
+/// start of `src`) into the row-level error naming its position.
+fn block_error<F: BlockFormat>(e: EncodeError, block: usize, blocks_per_row: usize) -> QuantError {
+    match e {
+        EncodeError::Overflow(o) => QuantError::ScaleOverflow {
+            ty: F::TYPE,
+            block,
+            row: block / blocks_per_row.max(1),
+            block_in_row: block % blocks_per_row.max(1),
+            field: o.field,
+            value: o.value,
+        },
+        EncodeError::Length(e) => e,
     }
 }
 
@@ -186,31 +244,109 @@ fn encode_blocks<F: BlockFormat>(
     ncols: usize,
     dst: &mut [u8],
 ) -> Result<(), QuantError> {
-    if let Some(index) = src.iter().position(|v| !v.is_finite()) {
-        return Err(QuantError::NonFiniteInput {
-            ty: F::TYPE,
-            index,
-            value: src[index],
-        });
-    }
+    check_finite(F::TYPE, src)?;
     let blocks_per_row = ncols / F::QK;
     for (block, (values, bytes)) in src
         .chunks_exact(F::QK)
         .zip(dst.chunks_exact_mut(F::BYTES))
         .enumerate()
     {
-        let encoded = F::encode(values).map_err(|e| match e {
-            EncodeError::Overflow(o) => QuantError::ScaleOverflow {
-                ty: F::TYPE,
-                block,
-                row: block / blocks_per_row.max(1),
-                block_in_row: block % blocks_per_row.max(1),
-                field: o.field,
-                value: o.value,
-            },
-            EncodeError::Length(e) => e,
-        })?;
+        let encoded = F::encode(values).map_err(|e| block_error::<F>(e, block, blocks_per_row))?;
         F::write(&encoded, bytes)?;
+    }
+    Ok(())
+}
+
+/// Quantizes whole rows of f32 to `ty` with an importance matrix, as
+/// llama-quantize does with `--imatrix`: `imatrix` holds one value per
+/// column (the mean of `x^2` of that input column over the calibration
+/// activations, what llama-quantize passes for a 2-D weight; for a 3-D
+/// MoE tensor call this once per expert with that expert's slice).
+///
+/// Byte-identical to ggml's `ggml_quantize_chunk(ty, src, dst, 0, rows,
+/// ncols, imatrix)`: for the types of [`IMATRIX_TYPES`] the importance
+/// weighted searches of `quantize_<type>`, for Q8_0, F16, BF16 and F32 the
+/// bytes of [`quantize_rows`] (ggml ignores the matrix for them). Every row
+/// is quantized on its own, so the bytes do not depend on how rows are split
+/// between calls.
+///
+/// Errors, besides those of [`quantize_rows`]:
+/// - [`QuantError::ImatrixLength`] when `imatrix.len() != ncols`;
+/// - [`QuantError::BadImportance`] for a NaN, infinite or negative value
+///   (checked for every type, including those that ignore the matrix).
+///
+/// On error `dst` may be partly written.
+pub fn quantize_rows_imatrix(
+    ty: GgmlType,
+    src: &[f32],
+    ncols: usize,
+    imatrix: &[f32],
+    dst: &mut [u8],
+) -> Result<(), QuantError> {
+    if !supports_encode(ty) {
+        return Err(QuantError::Unsupported { ty, op: Op::Encode });
+    }
+    check_geometry(ty, ncols, src.len(), dst.len())?;
+    if imatrix.len() != ncols {
+        return Err(QuantError::ImatrixLength {
+            ty,
+            expected: ncols,
+            actual: imatrix.len(),
+        });
+    }
+    if let Some(index) = imatrix.iter().position(|v| !(v.is_finite() && *v >= 0.0)) {
+        return Err(QuantError::BadImportance {
+            ty,
+            index,
+            value: imatrix[index],
+        });
+    }
+    match ty {
+        GgmlType::Q4_0 => encode_blocks_weighted::<Q4_0>(src, ncols, imatrix, dst),
+        GgmlType::Q4_1 => encode_blocks_weighted::<Q4_1>(src, ncols, imatrix, dst),
+        GgmlType::Q5_0 => encode_blocks_weighted::<Q5_0>(src, ncols, imatrix, dst),
+        GgmlType::Q5_1 => encode_blocks_weighted::<Q5_1>(src, ncols, imatrix, dst),
+        GgmlType::Q2_K => encode_blocks_weighted::<Q2K>(src, ncols, imatrix, dst),
+        GgmlType::Q3_K => encode_blocks_weighted::<Q3K>(src, ncols, imatrix, dst),
+        GgmlType::Q4_K => encode_blocks_weighted::<Q4K>(src, ncols, imatrix, dst),
+        GgmlType::Q5_K => encode_blocks_weighted::<Q5K>(src, ncols, imatrix, dst),
+        GgmlType::Q6_K => encode_blocks_weighted::<Q6K>(src, ncols, imatrix, dst),
+        GgmlType::IQ4_NL => encode_blocks_weighted::<Iq4Nl>(src, ncols, imatrix, dst),
+        GgmlType::IQ4_XS => encode_blocks_weighted::<Iq4Xs>(src, ncols, imatrix, dst),
+        _ => quantize_rows(ty, src, ncols, dst),
+    }
+}
+
+fn encode_blocks_weighted<F: WeightedBlockFormat>(
+    src: &[f32],
+    ncols: usize,
+    imatrix: &[f32],
+    dst: &mut [u8],
+) -> Result<(), QuantError> {
+    check_finite(F::TYPE, src)?;
+    let blocks_per_row = ncols / F::QK;
+    let row_bytes = blocks_per_row * F::BYTES;
+    for (r, (row, row_dst)) in src
+        .chunks_exact(ncols)
+        .zip(dst.chunks_exact_mut(row_bytes))
+        .enumerate()
+    {
+        // ggml's legacy formats: sigma2 = sum(x^2) / n_per_row, summed in order.
+        let mut sum_x2 = 0.0f32;
+        for v in row {
+            sum_x2 += v * v;
+        }
+        let row_mean_square = sum_x2 / ncols as f32;
+        for (b, ((values, importance), bytes)) in row
+            .chunks_exact(F::QK)
+            .zip(imatrix.chunks_exact(F::QK))
+            .zip(row_dst.chunks_exact_mut(F::BYTES))
+            .enumerate()
+        {
+            let encoded = F::encode_weighted(values, importance, row_mean_square)
+                .map_err(|e| block_error::<F>(e, r * blocks_per_row + b, blocks_per_row))?;
+            F::write(&encoded, bytes)?;
+        }
     }
     Ok(())
 }

@@ -1,11 +1,15 @@
 //! Property tests of the crate (byte-exactness against ggml lives in the
 //! workspace's `tests/ggml_vectors.rs` and `tests/ggml_models.rs`).
 
-use crate::block::BlockFormat;
-use crate::k_quants::{nearest_int, BlockQ4K, BlockQ5K, BlockQ6K, Q4K, Q5K, Q6K};
+use crate::block::{BlockFormat, WeightedBlockFormat};
+use crate::iq4::{BlockIq4Nl, BlockIq4Xs, Iq4Nl, Iq4Xs, KVALUES_IQ4NL};
+use crate::k_quants::{
+    q3k_scale, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, Q2K, Q3K, Q4K, Q5K, Q6K,
+};
 use crate::legacy::{
     BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 };
+use crate::search::{best_index_int8, nearest_int};
 use crate::*;
 use std::mem::{align_of, size_of};
 
@@ -31,15 +35,19 @@ impl Rng {
     }
 }
 
-const QUANTS: [GgmlType; 8] = [
+const QUANTS: [GgmlType; 12] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 const FLOATS: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
 
@@ -53,9 +61,17 @@ fn block_structs_match_ggml_sizes_and_have_alignment_one() {
     assert_eq!(size_of::<BlockQ4K>(), 144);
     assert_eq!(size_of::<BlockQ5K>(), 176);
     assert_eq!(size_of::<BlockQ6K>(), 210);
+    assert_eq!(size_of::<BlockQ2K>(), 84);
+    assert_eq!(size_of::<BlockQ3K>(), 110);
+    assert_eq!(size_of::<BlockIq4Nl>(), 18);
+    assert_eq!(size_of::<BlockIq4Xs>(), 136);
     assert_eq!(align_of::<BlockQ8_0>(), 1);
     assert_eq!(align_of::<BlockQ4K>(), 1);
     assert_eq!(align_of::<BlockQ6K>(), 1);
+    assert_eq!(align_of::<BlockQ2K>(), 1);
+    assert_eq!(align_of::<BlockQ3K>(), 1);
+    assert_eq!(align_of::<BlockIq4Nl>(), 1);
+    assert_eq!(align_of::<BlockIq4Xs>(), 1);
 
     fn geometry<F: BlockFormat>() {
         assert_eq!(F::TYPE.block_size(), F::QK, "{}", F::TYPE);
@@ -70,6 +86,10 @@ fn block_structs_match_ggml_sizes_and_have_alignment_one() {
     geometry::<Q4K>();
     geometry::<Q5K>();
     geometry::<Q6K>();
+    geometry::<Q2K>();
+    geometry::<Q3K>();
+    geometry::<Iq4Nl>();
+    geometry::<Iq4Xs>();
 }
 
 #[test]
@@ -78,16 +98,34 @@ fn support_table() {
         assert!(supports_decode(*ty), "{ty}");
         assert!(supports_encode(*ty), "{ty}");
     }
+    let mut listed: Vec<GgmlType> = QUANTS.iter().chain(&FLOATS).copied().collect();
+    listed.sort();
+    assert_eq!(
+        listed, SUPPORTED_TYPES,
+        "SUPPORTED_TYPES is the list, in id order"
+    );
     for ty in [
         GgmlType::Q8_1,
-        GgmlType::Q2_K,
-        GgmlType::Q3_K,
-        GgmlType::IQ4_XS,
+        GgmlType::Q8_K,
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ3_S,
+        GgmlType::TQ1_0,
+        GgmlType::MXFP4,
         GgmlType::I32,
     ] {
         assert!(!supports_decode(ty), "{ty}");
         assert!(!supports_encode(ty), "{ty}");
+        assert!(!uses_imatrix(ty), "{ty}");
     }
+    // The importance-weighted types are the quantized ones but Q8_0.
+    for ty in QUANTS {
+        assert_eq!(uses_imatrix(ty), ty != GgmlType::Q8_0, "{ty}");
+        assert_eq!(IMATRIX_TYPES.contains(&ty), uses_imatrix(ty), "{ty}");
+    }
+    for ty in FLOATS {
+        assert!(!uses_imatrix(ty), "{ty}");
+    }
+    assert!(IMATRIX_TYPES.windows(2).all(|w| w[0] < w[1]));
 }
 
 #[test]
@@ -121,6 +159,10 @@ fn block_bytes_round_trip_through_the_struct() {
     check::<Q4K>(&mut rng);
     check::<Q5K>(&mut rng);
     check::<Q6K>(&mut rng);
+    check::<Q2K>(&mut rng);
+    check::<Q3K>(&mut rng);
+    check::<Iq4Nl>(&mut rng);
+    check::<Iq4Xs>(&mut rng);
 }
 
 /// Relative RMS error of encode -> decode on gaussian rows stays within the
@@ -141,6 +183,10 @@ fn round_trip_error_bounds() {
         (GgmlType::Q4_K, 0.10),
         (GgmlType::Q5_K, 0.05),
         (GgmlType::Q6_K, 0.025),
+        (GgmlType::Q2_K, 0.40),
+        (GgmlType::Q3_K, 0.20),
+        (GgmlType::IQ4_NL, 0.12),
+        (GgmlType::IQ4_XS, 0.12),
         (GgmlType::F16, 0.001),
         (GgmlType::BF16, 0.005),
         (GgmlType::F32, 0.0),
@@ -303,15 +349,23 @@ fn unsupported_types_are_named() {
             op: Op::Decode
         }
     );
-    let err = quantize_rows(GgmlType::Q3_K, &out, 256, &mut [0; 110]).unwrap_err();
+    let err = quantize_rows(GgmlType::IQ3_S, &out, 256, &mut [0; 110]).unwrap_err();
     assert_eq!(
         err,
         QuantError::Unsupported {
-            ty: GgmlType::Q3_K,
+            ty: GgmlType::IQ3_S,
             op: Op::Encode
         }
     );
-    assert!(err.to_string().contains("Q3_K"));
+    assert!(err.to_string().contains("IQ3_S"));
+    let err = quantize_rows_imatrix(GgmlType::Q8_K, &out, 256, &out, &mut [0; 292]).unwrap_err();
+    assert_eq!(
+        err,
+        QuantError::Unsupported {
+            ty: GgmlType::Q8_K,
+            op: Op::Encode
+        }
+    );
     let err = materialize_rows(
         GgmlType::Q8_1,
         &[0; 36],
@@ -368,12 +422,23 @@ fn scale_overflow_is_an_error_with_its_position() {
         GgmlType::Q6_K,
         GgmlType::Q5_0,
         GgmlType::Q4_1,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
     ] {
         let mut dst = vec![0u8; row_bytes(ty, 256).unwrap()];
         let err = quantize_rows(ty, &big, 256, &mut dst).unwrap_err();
         assert!(
             matches!(err, QuantError::ScaleOverflow { row: 0, .. }),
             "{ty}: {err}"
+        );
+        // And with an importance matrix, for every type that takes one.
+        let ones = vec![1.0f32; 256];
+        let err = quantize_rows_imatrix(ty, &big, 256, &ones, &mut dst).unwrap_err();
+        assert!(
+            matches!(err, QuantError::ScaleOverflow { row: 0, .. }),
+            "{ty} imatrix: {err}"
         );
     }
 }
@@ -588,4 +653,255 @@ fn torch_dtype_parses_and_displays() {
     assert_eq!(TorchDtype::BFloat16.to_string(), "bfloat16");
     let err = "float64".parse::<TorchDtype>().unwrap_err();
     assert!(err.to_string().contains("float64"));
+}
+
+/// Rows of the shapes the importance-weighted searches meet: gaussian,
+/// heavy-tailed, all positive, with zero runs, tiny and large magnitudes.
+fn varied_rows(rng: &mut Rng, ncols: usize) -> Vec<f32> {
+    let mut out = Vec::new();
+    for kind in 0..8 {
+        for c in 0..ncols {
+            let g = rng.gauss();
+            out.push(match kind {
+                0 => 0.02 * g,
+                1 => g * g * g,
+                2 => g.abs() + 0.1,
+                3 if c % 64 < 40 => 0.0,
+                3 => g,
+                4 => 1.0e-6 * g,
+                5 => 3.0e3 * g,
+                6 => -g.abs(),
+                _ => (c % 32) as f32 - 16.0,
+            });
+        }
+    }
+    out
+}
+
+fn importance(rng: &mut Rng, ncols: usize) -> Vec<f32> {
+    (0..ncols)
+        .map(|c| {
+            if c % 7 == 3 {
+                0.0
+            } else {
+                let g = rng.gauss();
+                (g * g * g * g) + 1e-3
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn imatrix_argument_errors_are_typed() {
+    let src = vec![0.5f32; 512];
+    for ty in QUANTS.iter().chain(&FLOATS).copied() {
+        let mut dst = vec![0u8; 2 * row_bytes(ty, 256).unwrap()];
+        // Wrong length, for every type (also those that ignore the matrix).
+        for len in [0, 255, 257, 512] {
+            let err = quantize_rows_imatrix(ty, &src, 256, &vec![1.0; len], &mut dst).unwrap_err();
+            assert_eq!(
+                err,
+                QuantError::ImatrixLength {
+                    ty,
+                    expected: 256,
+                    actual: len
+                },
+                "{ty}"
+            );
+            assert!(err.is_bad_input());
+        }
+        // Non-finite or negative importance.
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -1.0, -1e-30] {
+            let mut im = vec![1.0f32; 256];
+            im[77] = bad;
+            let err = quantize_rows_imatrix(ty, &src, 256, &im, &mut dst).unwrap_err();
+            match err {
+                QuantError::BadImportance {
+                    ty: t,
+                    index: 77,
+                    value,
+                } => {
+                    assert_eq!(t, ty);
+                    assert_eq!(value.to_bits(), bad.to_bits());
+                }
+                other => panic!("{ty}: {other:?}"),
+            }
+            let msg = err.to_string();
+            assert!(msg.contains("77") && msg.contains(&ty.to_string()), "{msg}");
+        }
+        // -0.0 and 0.0 are valid importances.
+        let mut im = vec![0.0f32; 256];
+        im[3] = -0.0;
+        quantize_rows_imatrix(ty, &src, 256, &im, &mut dst).unwrap();
+        // Geometry is checked first, as in quantize_rows.
+        let err = quantize_rows_imatrix(ty, &src, 256, &[1.0; 3], &mut dst[1..]).unwrap_err();
+        assert!(matches!(err, QuantError::ByteLength { .. }), "{ty}: {err}");
+    }
+    // Non-finite inputs are refused with an importance matrix too.
+    let mut bad = vec![1.0f32; 512];
+    bad[300] = f32::NAN;
+    for ty in QUANTS {
+        let mut dst = vec![0u8; 2 * row_bytes(ty, 256).unwrap()];
+        let err = quantize_rows_imatrix(ty, &bad, 256, &[1.0; 256], &mut dst).unwrap_err();
+        assert!(
+            matches!(err, QuantError::NonFiniteInput { index: 300, .. }),
+            "{ty}: {err}"
+        );
+    }
+}
+
+#[test]
+fn types_that_ignore_the_imatrix_write_the_plain_bytes() {
+    let mut rng = Rng(11);
+    let src = varied_rows(&mut rng, 256);
+    let im = importance(&mut rng, 256);
+    for ty in [GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32] {
+        let n = src.len() / 256 * row_bytes(ty, 256).unwrap();
+        let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
+        quantize_rows(ty, &src, 256, &mut a).unwrap();
+        quantize_rows_imatrix(ty, &src, 256, &im, &mut b).unwrap();
+        assert_eq!(a, b, "{ty}");
+    }
+}
+
+/// Importance-weighted bytes are a function of each row alone, unchanged
+/// by exact power-of-two scaling of the matrix, different from the plain
+/// bytes, and decode to values close to the input.
+#[test]
+fn imatrix_encoding_properties() {
+    let ncols = 512;
+    let mut rng = Rng(2024);
+    let src = varied_rows(&mut rng, ncols);
+    let rows = src.len() / ncols;
+    let im = importance(&mut rng, ncols);
+    let im4: Vec<f32> = im.iter().map(|v| v * 4.0).collect();
+    let im_quarter: Vec<f32> = im.iter().map(|v| v * 0.25).collect();
+    for ty in IMATRIX_TYPES {
+        let rb = row_bytes(ty, ncols).unwrap();
+        let mut all = vec![0u8; rows * rb];
+        quantize_rows_imatrix(ty, &src, ncols, &im, &mut all).unwrap();
+        for r in 0..rows {
+            let mut one = vec![0u8; rb];
+            let row = &src[r * ncols..(r + 1) * ncols];
+            quantize_rows_imatrix(ty, row, ncols, &im, &mut one).unwrap();
+            assert_eq!(one, all[r * rb..(r + 1) * rb], "{ty} row {r}");
+        }
+        for scaled in [&im4, &im_quarter] {
+            let mut again = vec![0u8; rows * rb];
+            quantize_rows_imatrix(ty, &src, ncols, scaled, &mut again).unwrap();
+            assert_eq!(again, all, "{ty}: power-of-two scaling changed bytes");
+        }
+        let mut plain = vec![0u8; rows * rb];
+        quantize_rows(ty, &src, ncols, &mut plain).unwrap();
+        assert_ne!(plain, all, "{ty}: the importance matrix changed nothing");
+        let mut back = vec![0.0f32; src.len()];
+        dequantize_rows(ty, &all, ncols, &mut back).unwrap();
+        assert!(back.iter().all(|v| v.is_finite()), "{ty}");
+        // Gaussian row: relative RMS error within what the format allows.
+        let (x, y) = (&src[..ncols], &back[..ncols]);
+        let rms = (x.iter().map(|v| v * v).sum::<f32>() / ncols as f32).sqrt();
+        let err =
+            (x.iter().zip(y).map(|(a, b)| (a - b) * (a - b)).sum::<f32>() / ncols as f32).sqrt();
+        assert!(err < 0.5 * rms, "{ty}: rel rms error {}", err / rms);
+    }
+}
+
+#[test]
+fn zero_importance_and_zero_rows_are_fine() {
+    for ty in IMATRIX_TYPES {
+        let rb = row_bytes(ty, 256).unwrap();
+        let mut rng = Rng(5);
+        let src: Vec<f32> = (0..512)
+            .map(|i| if i < 256 { 0.0 } else { rng.gauss() })
+            .collect();
+        let mut dst = vec![0xAAu8; 2 * rb];
+        quantize_rows_imatrix(ty, &src, 256, &[0.0; 256], &mut dst).unwrap();
+        let mut back = vec![1.0f32; 512];
+        dequantize_rows(ty, &dst, 256, &mut back).unwrap();
+        assert!(back[..256].iter().all(|v| *v == 0.0), "{ty}: zero row");
+        assert!(back.iter().all(|v| v.is_finite()), "{ty}");
+    }
+}
+
+#[test]
+fn weighted_block_encode_checks_lengths() {
+    fn check<F: WeightedBlockFormat>() {
+        let x = vec![1.0f32; F::QK];
+        assert!(F::encode_weighted(&x, &x, 1.0).is_ok(), "{}", F::TYPE);
+        for (src, qw) in [(F::QK + 1, F::QK), (F::QK, F::QK - 1)] {
+            let err = F::encode_weighted(&vec![1.0; src], &vec![1.0; qw], 1.0).unwrap_err();
+            assert!(
+                matches!(err, EncodeError::Length(QuantError::BlockLength { .. })),
+                "{}",
+                F::TYPE
+            );
+        }
+    }
+    check::<Q4_0>();
+    check::<Q4_1>();
+    check::<Q5_0>();
+    check::<Q5_1>();
+    check::<Q2K>();
+    check::<Q3K>();
+    check::<Q4K>();
+    check::<Q5K>();
+    check::<Q6K>();
+    check::<Iq4Nl>();
+    check::<Iq4Xs>();
+}
+
+#[test]
+fn best_index_int8_picks_the_nearest_level_ties_up() {
+    let v = &KVALUES_IQ4NL;
+    assert_eq!(best_index_int8(v, -1000.0), 0);
+    assert_eq!(best_index_int8(v, -127.0), 0);
+    assert_eq!(best_index_int8(v, 113.0), 15);
+    assert_eq!(best_index_int8(v, 1e9), 15);
+    assert_eq!(best_index_int8(v, 0.0), 8); // -10 and 1: 1 is nearer
+    assert_eq!(best_index_int8(v, -4.5), 8); // tie between -10 and 1 goes up
+    assert_eq!(best_index_int8(v, -4.6), 7);
+    assert_eq!(best_index_int8(v, f32::NAN), 15); // no panic
+    for (i, &level) in v.iter().enumerate() {
+        assert_eq!(best_index_int8(v, level as f32), i);
+    }
+}
+
+#[test]
+fn packed_scales_unpack_as_ggml_does() {
+    // Q3_K: packing any 16 6-bit scales and unpacking gives them back.
+    let mut rng = Rng(17);
+    for _ in 0..50 {
+        let ls: [i32; 16] = std::array::from_fn(|_| (rng.next_u64() % 64) as i32);
+        let sc = BlockQ3K::pack_scales(&ls);
+        for (j, l) in ls.iter().enumerate() {
+            assert_eq!(q3k_scale(j, &sc) as i32, l - 32, "sub-block {j}");
+        }
+    }
+    // Q3_K decode, against the layout written out weight by weight: sub-block
+    // k / 16, low bits in byte 32 * (k / 128) + k % 32 at shift
+    // 2 * ((k % 128) / 32), high bit k / 32 of hmask byte k % 32.
+    for _ in 0..20 {
+        let block = Q3K::read(&rng.bytes(110)).unwrap();
+        let mut y = [0.0f32; 256];
+        Q3K::decode(&block, &mut y).unwrap();
+        let d = half::f16::from_le_bytes(block.d).to_f32();
+        for (k, v) in y.iter().enumerate() {
+            let low = (block.qs[32 * (k / 128) + k % 32] >> (2 * ((k % 128) / 32))) & 3;
+            let high = (block.hmask[k % 32] >> (k / 32)) & 1;
+            let q = low as i32 - if high == 1 { 0 } else { 4 };
+            let want = d * q3k_scale(k / 16, &block.scales) as f32 * q as f32;
+            assert_eq!(v.to_bits(), want.to_bits(), "weight {k}");
+        }
+    }
+    // IQ4_XS: scale(ib) reassembles the nibble and the 2-bit pair.
+    let block = BlockIq4Xs {
+        d: [0; 2],
+        scales_h: (0b11_10_01_00_11_10_01_00u16).to_le_bytes(),
+        scales_l: [0x21, 0x43, 0x65, 0x87],
+        qs: [0; 128],
+    };
+    let want = [0x01, 0x12, 0x23, 0x34, 0x05, 0x16, 0x27, 0x38];
+    for (ib, w) in want.iter().enumerate() {
+        assert_eq!(block.scale(ib), *w, "sub-block {ib}");
+    }
 }
