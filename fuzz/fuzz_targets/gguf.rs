@@ -1,0 +1,7 @@
+//! libFuzzer target: see `fuzz/targets.rs` (gguf).
+#![no_main]
+
+#[path = "../targets.rs"]
+mod targets;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::gguf(data));
