@@ -69,7 +69,11 @@ pub fn safetensors(data: &[u8]) {
     // parse() promises the tensors tile the data region exactly.
     let mut end = h.data_offset;
     for t in &h.tensors {
-        assert_eq!(t.offset, end, "tensor '{}' is not where the last ended", t.name);
+        assert_eq!(
+            t.offset, end,
+            "tensor '{}' is not where the last ended",
+            t.name
+        );
         end = t.offset + t.n_bytes;
         let _ = &data[t.offset as usize..end as usize];
         let _ = t.dtype.to_string();

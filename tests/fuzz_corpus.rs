@@ -40,7 +40,11 @@ fn replay(target: &str, body: fn(&[u8])) {
             seed_bytes += data.len();
         }
         let r = std::panic::catch_unwind(|| body(&data));
-        assert!(r.is_ok(), "fuzz target {target} panicked on {}", p.display());
+        assert!(
+            r.is_ok(),
+            "fuzz target {target} panicked on {}",
+            p.display()
+        );
     }
     assert!(
         seed_bytes < 200_000,
@@ -86,7 +90,8 @@ fn seeds_are_accepted() {
     let w = ok("weights", "tiny-cq4-lm_head.weight.cq4p.weights");
     let a = kernels::aligned::AlignedBytes::copy_of(&w);
     assert!(kernels::check::check_container(a.as_slice(), &[kernels::Isa::Scalar]).pass());
-    let files = targets::hf_files(&ok("hf_folder", "sharded"));
+    let sharded = ok("hf_folder", "sharded");
+    let files = targets::hf_files(&sharded);
     let names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
     assert_eq!(names, targets::HF_SHARDED);
 }
