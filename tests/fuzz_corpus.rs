@@ -90,8 +90,19 @@ fn seeds_are_accepted() {
     let w = ok("weights", "tiny-cq4-lm_head.weight.cq4p.weights");
     let a = kernels::aligned::AlignedBytes::copy_of(&w);
     assert!(kernels::check::check_container(a.as_slice(), &[kernels::Isa::Scalar]).pass());
-    let sharded = ok("hf_folder", "sharded");
-    let files = targets::hf_files(&sharded);
-    let names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
-    assert_eq!(names, targets::HF_SHARDED);
+    for (seed, n_files) in [("single", 1), ("sharded", 2)] {
+        let input = ok("hf_folder", seed);
+        let files = targets::hf_files(&input);
+        if seed == "sharded" {
+            let names: Vec<&str> = files.iter().map(|(n, _)| *n).collect();
+            assert_eq!(names, targets::HF_SHARDED);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        for (name, bytes) in files {
+            std::fs::write(dir.path().join(name), bytes).unwrap();
+        }
+        let cat = model_sources::Catalogue::open(dir.path())
+            .unwrap_or_else(|e| panic!("hf_folder seed {seed}: {e}"));
+        assert_eq!(cat.files.len(), n_files, "{seed}");
+    }
 }
