@@ -127,6 +127,19 @@ pub fn check_container(bytes: &[u8], isas: &[Isa]) -> FileCheck {
     };
     let g = m.as_gemv();
     fc.shape = (g.rows(), g.cols());
+    // An empty matrix holds no weights, so its data region (and the file
+    // length) bounds neither dimension: a 96-byte file can claim 0 x 2^40.
+    // The activations (K values), results and oracle (N values) below are
+    // sized by the dimensions, so they are never built for one; `convert`
+    // never writes a zero-sized tensor.
+    if g.rows() == 0 || g.cols() == 0 {
+        fc.problems.push(format!(
+            "the matrix is empty ({} x {}): there are no weights to verify",
+            g.rows(),
+            g.cols()
+        ));
+        return fc;
+    }
     let x = activations(g.cols());
     match &m {
         Matrix::Ggml(gm) => {
@@ -236,5 +249,37 @@ fn embedding_check(pm: &PanelMatrix<'_>, view: &cq4::PanelTensorView<'_>) -> Emb
         rows,
         rel_max,
         bound: EMBEDDING_BOUND,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weights_file::format::Header;
+    use weights_file::write::prefix;
+    use weights_file::Precision;
+
+    /// A plain FP16 file of `shape` with its zero-filled data.
+    fn plain(shape: &[u64]) -> kernels::aligned::AlignedBytes {
+        let n: u64 = shape.iter().product();
+        let mut b = prefix(&Header::plain(Precision::Fp16, shape, 2 * n), &[]).unwrap();
+        b.resize(b.len() + 2 * n as usize, 0);
+        kernels::aligned::AlignedBytes::copy_of(&b)
+    }
+
+    #[test]
+    fn empty_matrices_fail_without_sizing_anything_by_the_other_dimension() {
+        // Found by fuzzing: 96-byte files claiming 0 x 2^40 (activations of
+        // 2^40 values) or 2^40 x 0 (2^40 results) aborted on allocation.
+        for shape in [[0, 1 << 40], [1 << 40, 0]] {
+            let b = plain(&shape);
+            assert_eq!(b.as_slice().len(), 96);
+            let fc = check_container(b.as_slice(), &[Isa::Scalar]);
+            assert!(!fc.pass());
+            assert!(fc.isas.is_empty());
+            assert!(fc.problems[0].contains("empty"), "{:?}", fc.problems);
+        }
+        let fc = check_container(plain(&[2, 3]).as_slice(), &[Isa::Scalar]);
+        assert!(fc.pass(), "{fc:?}");
     }
 }

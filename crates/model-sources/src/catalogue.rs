@@ -277,6 +277,14 @@ fn read_json(path: &Path) -> Result<Json> {
     let bad = |m: String| SourceError::new(path, ErrorKind::BadFolder(m));
     let text = std::str::from_utf8(&bytes)
         .map_err(|e| bad(format!("not UTF-8 text ({e}): not a JSON file")))?;
+    // Bound the parsed tree before building it (see MAX_JSON_VALUES).
+    let values = crate::safetensors_file::json_value_bound(text);
+    if values > crate::safetensors_file::MAX_JSON_VALUES {
+        return Err(bad(format!(
+            "up to {values} JSON values, more than the {} allowed",
+            crate::safetensors_file::MAX_JSON_VALUES
+        )));
+    }
     serde_json::from_str(text).map_err(|e| bad(format!("invalid JSON: {e}")))
 }
 

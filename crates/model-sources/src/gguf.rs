@@ -24,10 +24,17 @@ pub const MAX_DIMS: usize = 4;
 /// Arrays nested deeper than this are rejected.
 pub const MAX_ARRAY_DEPTH: usize = 8;
 /// At most this many metadata array elements in a file (all arrays
-/// together). Each element costs a few dozen bytes in memory however few
-/// bytes it takes in the file, so this bounds the memory a header can claim;
-/// real vocabularies (tokens, scores, merges) have well under a million.
-pub const MAX_METADATA_ELEMENTS: u64 = 1 << 24;
+/// together). Each element costs 32 bytes in memory, and a string one more
+/// heap block, however few bytes it takes in the file (9 for a one-byte
+/// string), so this bounds the memory a header can claim to about 0.5 GB
+/// (at 16M, 151 MB of one-byte strings made the reader hold 1.05 GB).
+/// Real vocabularies (tokens, scores, merges) have well under a million.
+pub const MAX_METADATA_ELEMENTS: u64 = 1 << 23;
+/// At most this many metadata key/value pairs. A pair costs about 150
+/// bytes in memory (its key is also kept in the duplicate-key set) for 13
+/// in the file: unbounded, 200 MB of 10M pairs made the reader hold 1.6 GB.
+/// Real files have a few dozen.
+pub const MAX_METADATA_KEYS: u64 = 1 << 16;
 
 /// A metadata value type id (`gguf_type`).
 #[allow(missing_docs)]
@@ -531,6 +538,13 @@ fn preamble(c: &mut Cursor<'_>) -> KResult<(u32, u64, u64)> {
 
 /// The key/value pairs, in file order; keys unique.
 fn metadata(c: &mut Cursor<'_>, n_kv: u64) -> KResult<Vec<(String, Value)>> {
+    // Before room is reserved for them.
+    if n_kv > MAX_METADATA_KEYS {
+        return Err(ErrorKind::BadMetadata {
+            key: "(all keys)".into(),
+            problem: format!("{n_kv} key/value pairs, more than the {MAX_METADATA_KEYS} allowed"),
+        });
+    }
     let mut metadata: Vec<(String, Value)> = Vec::with_capacity(n_kv as usize);
     let mut keys = HashSet::new();
     for _ in 0..n_kv {
@@ -675,4 +689,43 @@ fn check_data(tensors: &[GgufTensorInfo], data_offset: u64, file_len: u64) -> KR
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A v3 file with no tensors: `a = u8 0`, then `b = [u8; n]`.
+    fn two_keys(n: u64) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend(GGUF_MAGIC.to_le_bytes());
+        b.extend(3u32.to_le_bytes());
+        b.extend(0u64.to_le_bytes());
+        b.extend(2u64.to_le_bytes());
+        b.extend(1u64.to_le_bytes());
+        b.push(b'a');
+        b.extend((ValueType::U8 as u32).to_le_bytes());
+        b.push(0);
+        b.extend(1u64.to_le_bytes());
+        b.push(b'b');
+        b.extend((ValueType::Array as u32).to_le_bytes());
+        b.extend((ValueType::U8 as u32).to_le_bytes());
+        b.extend(n.to_le_bytes());
+        b.resize(b.len() + n as usize, 0);
+        b
+    }
+
+    #[test]
+    fn metadata_bounds() {
+        assert_eq!(parse(&two_keys(3)).unwrap().metadata.len(), 2);
+        let e = parse(&two_keys(MAX_METADATA_ELEMENTS + 1)).unwrap_err();
+        assert!(e.to_string().contains("array elements"), "{e}");
+        // MAX + 1 pairs (u8 values, 13 bytes each) are refused up front.
+        let mut b = two_keys(0);
+        let n = MAX_METADATA_KEYS + 1;
+        b[16..24].copy_from_slice(&n.to_le_bytes());
+        b.resize(24 + 13 * n as usize, 0);
+        let e = parse(&b).unwrap_err();
+        assert!(e.to_string().contains("key/value pairs"), "{e}");
+    }
 }

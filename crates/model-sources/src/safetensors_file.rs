@@ -49,9 +49,50 @@ pub struct StHeader {
     pub data_offset: u64,
 }
 
+/// Most JSON values a header (or a folder's config / index) may hold.
+///
+/// A parsed value takes 32 bytes or more (an array's growth up to twice
+/// that) while `0,` takes 2 bytes of text, so without a bound a 100 MB
+/// header of `[0,0,0,...]` made `serde_json` hold over 3 GB before any
+/// check could see it (3.6 GB peak RSS). Real headers hold about a dozen
+/// values per tensor: 2M values allow 170k tensors in one file and bound
+/// what a header can make the reader hold to about 0.5 GB (its worst case,
+/// 1M `__metadata__` strings).
+pub const MAX_JSON_VALUES: u64 = 1 << 21;
+
+/// An upper bound on the number of values in the JSON `text` (valid or
+/// not), without parsing it: every value but the first follows a `[`, `,`
+/// or `:` outside a string.
+pub fn json_value_bound(text: &str) -> u64 {
+    let (mut n, mut in_string, mut escaped) = (1u64, false, false);
+    for &b in text.as_bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b'[' | b',' | b':' => n += 1,
+                _ => {}
+            }
+        }
+    }
+    n
+}
+
 /// Parse and validate the whole file `bytes` (header and data extent).
 pub fn parse(bytes: &[u8]) -> std::result::Result<StHeader, ErrorKind> {
     let (data_offset, text) = header_text(bytes)?;
+    let values = json_value_bound(text);
+    if values > MAX_JSON_VALUES {
+        return Err(ErrorKind::BadHeader(format!(
+            "header has up to {values} JSON values, more than the {MAX_JSON_VALUES} allowed"
+        )));
+    }
     let json: serde_json::Map<String, Json> = serde_json::from_str(text)
         .map_err(|e| ErrorKind::BadHeader(format!("header is not a JSON object: {e}")))?;
     let (mut tensors, metadata) = tensor_infos(&json)?;
@@ -326,6 +367,19 @@ mod tests {
         assert_eq!(names, ["a", "b", "c", "d"]);
         assert_eq!(p.tensors[0].dtype, Dtype::Raw(RawType::I64));
         assert_eq!(p.tensors[0].offset, 8 + h.len() as u64);
+    }
+
+    #[test]
+    fn json_values_are_bounded_before_parsing() {
+        // object, array, 1, 2, "x,[:\"]": 5 values, bound 6 (a member separator
+        // counts too).
+        assert_eq!(json_value_bound(r#"{"a":[1,2],"b":"x,[:\"]"}"#), 6);
+        // Not found by fuzzing (inputs there are at most 64 KB): a header
+        // of 2M + 1 zeros took over 16x its size in memory once parsed.
+        let zeros = vec!["0"; MAX_JSON_VALUES as usize].join(",");
+        let h = format!(r#"{{"a":{{"dtype":"U8","shape":[{zeros}],"data_offsets":[0,0]}}}}"#);
+        let e = err(&h, 0);
+        assert!(e.contains("JSON values"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,12 @@
+//! libFuzzer target: see `fuzz/targets.rs` (safetensors).
+#![no_main]
+
+#[path = "../alloc_limit.rs"]
+mod alloc_limit;
+#[path = "../targets.rs"]
+mod targets;
+
+#[global_allocator]
+static ALLOC: alloc_limit::Limited = alloc_limit::Limited;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::safetensors(data));
