@@ -157,6 +157,18 @@ impl From<InterleaveArg> for weights_file::format::Interleave {
     }
 }
 
+/// `--layout`: how a `--bits 4` bundle is named and what comes with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LayoutArg {
+    /// Engine file names, config.txt, tokenizer files and the engine's
+    /// manifests (what the engine's toolchain ingests); GGUF sources seen as
+    /// their Hugging Face models.
+    Engine,
+    /// Files named after the source tensors (every matmul in CQ4, padded to
+    /// a multiple of 128 columns where needed).
+    Source,
+}
+
 /// `--bits`: only 4 (CQ4) exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BitsArg {
@@ -218,8 +230,15 @@ pub struct ConvertArgs {
     #[arg(long, value_enum, value_name = "4", conflicts_with_all = ["plain", "qtype"])]
     pub bits: Option<BitsArg>,
 
-    /// With --bits 4: tensors already in Q8_0/Q5_0/Q4_K/Q5_K/Q6_K stay in
-    /// their ggml type as R4/R8 sidecars instead of being requantized.
+    /// With --bits 4: the bundle layout, `engine` (default: what the
+    /// engine's toolchain ingests; see docs/FORMAT.md §engine layout) or
+    /// `source` (source tensor names).
+    #[arg(long, value_enum, requires = "bits")]
+    pub layout: Option<LayoutArg>,
+
+    /// With --bits 4 --layout source: tensors already in
+    /// Q8_0/Q5_0/Q4_K/Q5_K/Q6_K stay in their ggml type as R4/R8 sidecars
+    /// instead of being requantized.
     #[arg(long, requires = "bits")]
     pub keep_quant: bool,
 

@@ -13,7 +13,7 @@ use crate::cli::ConvertArgs;
 use crate::manifest::{self, Entry, ExtraFile, Manifest, SkippedFile, Source, SourceFile, Tool};
 use crate::options::Options;
 use crate::outdir::{self, OutputDir};
-use crate::plan::{self, Action, Plan};
+use crate::plan::{self, Action, ExtraContent, Plan};
 use crate::writers;
 
 /// `convert INPUT OUTPUT`.
@@ -170,7 +170,22 @@ fn write_bundle(
         }
     }
     pb.finish_and_clear();
-    let extra = write_extra_files(cat, plan, dir)?;
+    let mut extra = write_extra_files(cat, plan, dir)?;
+    if plan
+        .extra
+        .iter()
+        .any(|x| matches!(x.content, ExtraContent::EngineManifest))
+    {
+        for (name, bytes) in crate::engine::manifests(cat, &entries) {
+            let w = dir.write_small(name, &bytes)?;
+            extra.push(ExtraFile {
+                file: name.into(),
+                what: "engine manifest".into(),
+                bytes: w.bytes,
+                sha256: w.sha256,
+            });
+        }
+    }
     let manifest = manifest_of(cat, opts, source_files, entries, extra);
     dir.write_small(outdir::MANIFEST, manifest.to_json().as_bytes())?;
     Ok(manifest)
@@ -224,11 +239,13 @@ fn manifest_of(
 fn write_extra_files(cat: &Catalogue, plan: &Plan, dir: &OutputDir) -> Result<Vec<ExtraFile>> {
     let mut extra = Vec::new();
     for x in &plan.extra {
-        let bytes = match &x.source {
-            None => gguf_metadata_json(cat)?.into_bytes(),
-            Some(p) => {
+        let bytes = match &x.content {
+            ExtraContent::GgufMetadata => gguf_metadata_json(cat)?.into_bytes(),
+            ExtraContent::Copy(p) => {
                 model_sources::mmap::read_regular(p, model_sources::catalogue::MAX_AUX_BYTES)?
             }
+            ExtraContent::Bytes(b) => b.clone(),
+            ExtraContent::EngineManifest => continue,
         };
         let w = dir.write_small(&x.name, &bytes)?;
         extra.push(ExtraFile {

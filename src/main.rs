@@ -3,6 +3,7 @@
 
 mod cli;
 mod convert;
+mod engine;
 mod failure;
 mod inspect;
 mod manifest;

@@ -116,6 +116,13 @@ pub struct Entry {
     /// Layout details (group size, interleave, rotation family, ...).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub details: Option<serde_json::Value>,
+    /// Engine layout: the Hugging Face parameter name.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub hf_name: Option<String>,
+    /// Every transform applied to the values on the way, in order, with
+    /// its parameters (enough to undo it).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub transforms: Vec<serde_json::Value>,
 }
 
 /// A non-tensor file of the bundle.
@@ -154,6 +161,8 @@ impl Entry {
             sha256: written.map(|w| w.sha256.clone()).unwrap_or_default(),
             source_file: None,
             details,
+            hf_name: None,
+            transforms: Vec::new(),
         }
     }
 }

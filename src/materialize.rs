@@ -10,6 +10,73 @@ use crate::failure::bad_input;
 /// f32 bytes per chunk (one row more when a single row is larger).
 pub const CHUNK_BYTES: u64 = 16 << 20;
 
+/// A value transform `v -> ((v + add) * mul) + then`, in f32, in that
+/// order (steps that are the identity are skipped).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Affine {
+    /// Added first.
+    pub add: f32,
+    /// Then multiplied.
+    pub mul: f32,
+    /// Then added.
+    pub then: f32,
+}
+
+impl Affine {
+    /// The identity.
+    pub const IDENTITY: Affine = Affine {
+        add: 0.0,
+        mul: 1.0,
+        then: 0.0,
+    };
+
+    /// True for the identity.
+    pub fn is_identity(&self) -> bool {
+        *self == Self::IDENTITY
+    }
+
+    /// Apply to one value.
+    #[inline]
+    pub fn apply(&self, v: f32) -> f32 {
+        let mut x = v;
+        if self.add != 0.0 {
+            x += self.add;
+        }
+        if self.mul != 1.0 {
+            x *= self.mul;
+        }
+        if self.then != 0.0 {
+            x += self.then;
+        }
+        x
+    }
+}
+
+/// What happens to a tensor's values on the way from the source: rows
+/// taken in another order (llama.cpp's q/k permutation undone), then an
+/// [`Affine`] on every value (llama.cpp's offsets undone, the engine's
+/// transforms), after the dtype policy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Transform {
+    /// Output row `r` is source row `unpermuted_source_row(r, rows, heads)`.
+    pub unpermute_heads: Option<usize>,
+    /// Applied to every value.
+    pub values: Affine,
+}
+
+impl Transform {
+    /// Nothing.
+    pub const NONE: Transform = Transform {
+        unpermute_heads: None,
+        values: Affine::IDENTITY,
+    };
+
+    /// True when values pass unchanged.
+    pub fn is_none(&self) -> bool {
+        *self == Self::NONE
+    }
+}
+
 fn at(cat: &Catalogue, t: &Tensor) -> String {
     format!("tensor '{}' in {}", t.name, cat.file_of(t).display())
 }
@@ -51,6 +118,7 @@ pub fn rows(
     t: &Tensor,
     dtype: TorchDtype,
     align: usize,
+    tf: Transform,
     f: impl FnMut(usize, &[f32]) -> Result<()>,
 ) -> Result<()> {
     let ncols = t.ncols() as usize;
@@ -65,7 +133,23 @@ pub fn rows(
         per,
         decode_width: |_| ncols,
     };
-    stream(cat, t, dtype, units, f)
+    let source_row = match tf.unpermute_heads {
+        None => None,
+        Some(heads) => {
+            // Every output row must have a source row.
+            if model_sources::hf::unpermuted_source_row(0, nrows as u64, heads as u64).is_none() {
+                return Err(bad_input(format!(
+                    "{}: {nrows} rows cannot be un-permuted in {heads} heads (llama.cpp's q/k order needs rows = heads x an even head size)",
+                    at(cat, t)
+                )));
+            }
+            Some(move |r: usize| {
+                model_sources::hf::unpermuted_source_row(r as u64, nrows as u64, heads as u64)
+                    .unwrap_or(0) as usize
+            })
+        }
+    };
+    stream(cat, t, dtype, units, source_row, tf.values, f)
 }
 
 /// Materialize a tensor as a flat sequence of values in spans of whole
@@ -74,8 +158,12 @@ pub fn values(
     cat: &Catalogue,
     t: &Tensor,
     dtype: TorchDtype,
+    tf: Transform,
     mut f: impl FnMut(&[f32]) -> Result<()>,
 ) -> Result<()> {
+    if tf.unpermute_heads.is_some() {
+        return rows(cat, t, dtype, 1, tf, |_, v| f(v));
+    }
     let ty = ggml_of(cat, t)?;
     let bs = ty.block_size();
     let units = Units {
@@ -85,7 +173,15 @@ pub fn values(
         per: ((CHUNK_BYTES / 4) as usize / bs).max(1),
         decode_width: |n| n * bs,
     };
-    stream(cat, t, dtype, units, |_, v| f(v))
+    stream(
+        cat,
+        t,
+        dtype,
+        units,
+        None::<fn(usize) -> usize>,
+        tf.values,
+        |_, v| f(v),
+    )
 }
 
 /// How a tensor is cut for [`stream`]: `count` units (rows or blocks) of
@@ -99,26 +195,45 @@ struct Units<W: Fn(usize) -> usize> {
     decode_width: W,
 }
 
+/// Decode `u.count` units in chunks; unit `i` of the output is source unit
+/// `source(i)` when given (whole rows moved as bytes), then `affine` on
+/// every value.
 fn stream<W: Fn(usize) -> usize>(
     cat: &Catalogue,
     t: &Tensor,
     dtype: TorchDtype,
     u: Units<W>,
+    source: Option<impl Fn(usize) -> usize>,
+    affine: Affine,
     mut f: impl FnMut(usize, &[f32]) -> Result<()>,
 ) -> Result<()> {
     let ty = ggml_of(cat, t)?;
     let data = cat.data(t);
     let mut buf = vec![0f32; u.per.min(u.count) * u.values];
+    let mut gathered = Vec::new();
     let mut stats = MaterializeStats::default();
     let mut i = 0;
     while i < u.count {
         let n = u.per.min(u.count - i);
         let out = &mut buf[..n * u.values];
-        let src = &data[i * u.bytes..(i + n) * u.bytes];
+        let src = match &source {
+            None => &data[i * u.bytes..(i + n) * u.bytes],
+            Some(map) => {
+                gathered.clear();
+                for r in i..i + n {
+                    let from = map(r);
+                    gathered.extend_from_slice(&data[from * u.bytes..(from + 1) * u.bytes]);
+                }
+                &gathered[..]
+            }
+        };
         let s = ggml_quants::materialize_rows(ty, src, (u.decode_width)(n), dtype, out)
             .with_context(|| at(cat, t))?;
         stats.merge(&s, (i * u.values) as u64);
         if stats.is_clean() {
+            if !affine.is_identity() {
+                out.iter_mut().for_each(|v| *v = affine.apply(*v));
+            }
             f(i, out)?;
         }
         i += n;

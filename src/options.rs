@@ -22,6 +22,9 @@ pub enum Mode {
     Plain,
     /// CQ4 panels for matmul weights, embeddings and lm_head; plain for the rest.
     Cq4 {
+        /// Engine layout (names, policy, config and tokenizer files) or
+        /// source names.
+        engine: bool,
         /// `--keep-quant`: ggml-typed 2-D tensors stay ggml (sidecars).
         keep_quant: bool,
         /// Rows per interleave group of those sidecars.
@@ -47,7 +50,16 @@ impl Options {
     pub fn from_args(args: &ConvertArgs) -> Result<Self> {
         let interleave = args.interleave.map_or(Interleave::R8, Into::into);
         let mode = if args.bits.is_some() {
+            let engine = args
+                .layout
+                .is_none_or(|l| l == crate::cli::LayoutArg::Engine);
+            if engine && args.keep_quant {
+                return Err(bad_input(
+                    "--keep-quant needs --layout source: the engine does not read ggml sidecars",
+                ));
+            }
             Mode::Cq4 {
+                engine,
                 keep_quant: args.keep_quant,
                 interleave,
                 bundle: Box::new(cq4::Bundle::new(args.seed.unwrap_or(cq4::DEFAULT_SEED))),
@@ -92,12 +104,14 @@ impl Options {
                 "interleave": interleave.factor(),
             }),
             Mode::Cq4 {
+                engine,
                 keep_quant,
                 interleave,
                 bundle,
             } => serde_json::json!({
                 "mode": "cq4",
                 "bits": 4,
+                "layout": if *engine { "engine" } else { "source" },
                 "torch_dtype": dtype,
                 "seed": bundle.seed(),
                 "keep_quant": keep_quant,

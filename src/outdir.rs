@@ -93,6 +93,18 @@ impl NameAllocator {
         name
     }
 
+    /// `stem + suffix` for a stem that is already a safe file name (engine
+    /// names), with the same collision rule as [`NameAllocator::allocate`].
+    pub fn allocate_exact(&mut self, stem: &str, suffix: &str) -> String {
+        let mut name = format!("{stem}{suffix}");
+        let mut i = 2;
+        while !self.used.insert(name.to_ascii_lowercase()) {
+            name = format!("{stem}~{i}{suffix}");
+            i += 1;
+        }
+        name
+    }
+
     /// Reserve a fixed name (manifest.json, copied config files).
     pub fn reserve(&mut self, name: &str) {
         self.used.insert(name.to_ascii_lowercase());

@@ -9,7 +9,9 @@ use ggml_quants::{Dtype, GgmlType, RawType};
 use model_sources::{Catalogue, Role, SourceKind, Tensor};
 use weights_file::format::Interleave;
 
+use crate::engine::{self, policy, EngineTensor};
 use crate::failure::bad_input;
+use crate::materialize::Transform;
 use crate::options::{Mode, Options};
 use crate::outdir::{self, NameAllocator};
 
@@ -37,6 +39,8 @@ pub enum Action<'o> {
     },
     /// Stays in the source file; only listed in the manifest.
     Source,
+    /// Not converted (engine layout), with the reason.
+    Skip(&'static str),
     /// CQ4 packed panels of `family`, with the bundle's rotations.
     Panels {
         /// The rotation family.
@@ -74,6 +78,7 @@ impl Action<'_> {
                 }
             ),
             Action::Source => "stays in the source file".into(),
+            Action::Skip(why) => format!("not converted: {why}"),
             Action::Panels { family, .. } => {
                 format!("CQ4 packed panels, {} rotation", family_name(family))
             }
@@ -89,14 +94,14 @@ impl Action<'_> {
                 ty.name().to_ascii_lowercase(),
                 interleave.factor()
             ),
-            Action::Source => String::new(),
+            Action::Source | Action::Skip(_) => String::new(),
             Action::Panels { .. } => ".cq4p.weights".into(),
         }
     }
 
     /// False for tensors that stay in the source.
     pub fn writes_file(self) -> bool {
-        !matches!(self, Action::Source)
+        !matches!(self, Action::Source | Action::Skip(_))
     }
 }
 
@@ -109,6 +114,10 @@ pub struct Job<'c> {
     pub action: Action<'c>,
     /// Its file in the bundle (empty when it stays in the source).
     pub file: String,
+    /// What happens to its values on the way.
+    pub transform: Transform,
+    /// Engine layout: its Hugging Face name, engine name and transforms.
+    pub engine: Option<EngineTensor>,
 }
 
 /// The plan of a conversion.
@@ -127,8 +136,21 @@ pub struct Extra {
     pub name: String,
     /// What it is (for the manifest).
     pub what: &'static str,
-    /// The file it is copied from; `None` for the GGUF metadata dump.
-    pub source: Option<std::path::PathBuf>,
+    /// Where its bytes come from.
+    pub content: ExtraContent,
+}
+
+/// The bytes of an [`Extra`].
+#[derive(Debug, Clone)]
+pub enum ExtraContent {
+    /// Copied from a source file.
+    Copy(std::path::PathBuf),
+    /// Every GGUF key/value of the source, as JSON.
+    GgufMetadata,
+    /// Made at plan time (engine config and tokenizer files).
+    Bytes(Vec<u8>),
+    /// An engine manifest, made from the tensor entries after the jobs.
+    EngineManifest,
 }
 
 impl Plan<'_> {
@@ -160,36 +182,111 @@ pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
         extra.push(Extra {
             name: outdir::GGUF_METADATA.to_string(),
             what: "all GGUF key/values of the source",
-            source: None,
+            content: ExtraContent::GgufMetadata,
         });
     }
+    let engine_layout = matches!(opts.mode, Mode::Cq4 { engine: true, .. });
     for p in &cat.aux_files {
         if let Some(n) = p.file_name() {
             let n = n.to_string_lossy().into_owned();
+            if engine_layout && engine::REPLACED_AUX_FILES.contains(&n.as_str()) {
+                continue;
+            }
             names.reserve(&n);
             extra.push(Extra {
                 name: n,
                 what: "copied from the source folder",
-                source: Some(p.clone()),
+                content: ExtraContent::Copy(p.clone()),
             });
         }
     }
+    if engine_layout {
+        for x in engine::extra_files(cat)? {
+            names.reserve(&x.name);
+            extra.push(x);
+        }
+    }
     let mut jobs = Vec::with_capacity(cat.tensors.len());
+    let family = policy::family(&engine::model_type(cat));
     for t in &cat.tensors {
-        let action = action_for(cat, t, opts)?;
-        check_size(cat, t, action)?;
-        let file = if action.writes_file() {
-            names.allocate(&t.name, &action.suffix())
-        } else {
-            String::new()
+        let job = match &opts.mode {
+            Mode::Cq4 {
+                engine: true,
+                bundle,
+                ..
+            } => engine_job(cat, t, family, bundle, &mut names)?,
+            _ => {
+                let action = action_for(cat, t, opts)?;
+                let file = if action.writes_file() {
+                    names.allocate(&t.name, &action.suffix())
+                } else {
+                    String::new()
+                };
+                Job {
+                    tensor: t,
+                    action,
+                    file,
+                    transform: Transform::NONE,
+                    engine: None,
+                }
+            }
         };
-        jobs.push(Job {
-            tensor: t,
-            action,
-            file,
-        });
+        check_size(cat, t, job.action)?;
+        jobs.push(job);
     }
     Ok(Plan { jobs, extra })
+}
+
+/// The job of tensor `t` in the engine layout of model `family`.
+fn engine_job<'c>(
+    cat: &'c Catalogue,
+    t: &'c Tensor,
+    family: &str,
+    bundle: &'c cq4::Bundle,
+    names: &mut NameAllocator,
+) -> Result<Job<'c>> {
+    let e = match engine::decide(cat, t, family)? {
+        engine::Decision::Skip(why) => {
+            return Ok(Job {
+                tensor: t,
+                action: Action::Skip(why),
+                file: String::new(),
+                transform: Transform::NONE,
+                engine: None,
+            })
+        }
+        engine::Decision::Write(e) => e,
+    };
+    let Dtype::Ggml(g) = t.dtype else {
+        unreachable!("engine::decide skips raw tensors")
+    };
+    decodable(cat, t, g)?;
+    let (action, file) = match e.precision {
+        policy::Precision::Fp16 => (Action::Plain, e.name.plain_file()),
+        policy::Precision::Hadamard => (
+            Action::Panels {
+                family: cq4::Family::Hadamard,
+                bundle,
+            },
+            e.name.panel_file(),
+        ),
+        policy::Precision::Orthogonal => (
+            Action::Panels {
+                family: cq4::Family::Orthogonal,
+                bundle,
+            },
+            e.name.panel_file(),
+        ),
+    };
+    let (stem, ext) = file.split_at(e.name.stem.len());
+    let file = names.allocate_exact(stem, ext);
+    Ok(Job {
+        tensor: t,
+        action,
+        file,
+        transform: e.transform,
+        engine: Some(e),
+    })
 }
 
 fn at(cat: &Catalogue, t: &Tensor) -> String {
@@ -247,6 +344,7 @@ fn action_for<'o>(cat: &Catalogue, t: &Tensor, opts: &'o Options) -> Result<Acti
             keep_quant,
             interleave,
             bundle,
+            ..
         } => match (sidecar_type.filter(|_| *keep_quant), t.dtype) {
             (Some(ty), _) => Action::Sidecar {
                 ty,

@@ -22,6 +22,8 @@ fn run(model: &str, out: &Path, extra: &[&str]) {
         "-q".into(),
         "--bits".into(),
         "4".into(),
+        "--layout".into(),
+        "source".into(),
     ];
     args.extend(extra.iter().map(Into::into));
     let o = convert(&args);

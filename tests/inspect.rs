@@ -61,7 +61,15 @@ fn inspect_plain_files_and_bundle() {
     insta::assert_snapshot!("keep_bundle_text", run_in(tmp.path(), &["inspect", "keep"]));
     run_in(
         tmp.path(),
-        &[model.to_str().unwrap(), "cq4", "-q", "--bits", "4"],
+        &[
+            model.to_str().unwrap(),
+            "cq4",
+            "-q",
+            "--bits",
+            "4",
+            "--layout",
+            "source",
+        ],
     );
     insta::assert_snapshot!(
         "cq4_hadamard_text",

@@ -82,11 +82,12 @@ fn every_fixture_conversion_verifies() {
     // CQ4 packed panels (Hadamard matmuls, orthogonal embedding / lm_head)
     // from every fixture model, and mixed with kept ggml sidecars.
     for model in common::MODELS {
+        cases.push((model, vec!["--bits", "4", "--layout", "source"]));
         cases.push((model, vec!["--bits", "4"]));
     }
     cases.push((
         "models/tiny-llama-Q4_K_M.gguf",
-        vec!["--bits", "4", "--keep-quant"],
+        vec!["--bits", "4", "--layout", "source", "--keep-quant"],
     ));
     let isas = kernels::available();
     for (i, (model, opts)) in cases.iter().enumerate() {

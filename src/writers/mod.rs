@@ -38,6 +38,15 @@ impl Ctx<'_> {
 /// Run one job. Tensors that stay in the source get their entry here; the
 /// caller fills in the source file's hash.
 pub fn run(ctx: &Ctx, job: &Job) -> Result<Entry> {
+    let mut entry = write(ctx, job)?;
+    if let Some(e) = &job.engine {
+        entry.hf_name = Some(e.hf_name.clone());
+        entry.transforms = e.record.clone();
+    }
+    Ok(entry)
+}
+
+fn write(ctx: &Ctx, job: &Job) -> Result<Entry> {
     let t = job.tensor;
     match job.action {
         Action::Plain => plain::write_plain(ctx, job),
@@ -48,11 +57,15 @@ pub fn run(ctx: &Ctx, job: &Job) -> Result<Entry> {
             requantize,
         } => sidecar::write(ctx, job, ty, interleave, requantize),
         Action::Panels { family, bundle } => panels::write(ctx, job, family, bundle),
+        Action::Skip(why) => Ok(Entry {
+            details: Some(serde_json::json!({ "skipped": why })),
+            ..Entry::new(t, None, t.dtype.to_string(), "skipped", None, None)
+        }),
         Action::Source => {
             if ctx.opts.dtype == ggml_quants::TorchDtype::Float16 && t.dtype.is_float() {
                 // Nothing is materialized, but the bundle promises the
                 // tensor in the requested dtype: check that it fits.
-                crate::materialize::values(ctx.cat, t, ctx.opts.dtype, |_| Ok(()))?;
+                crate::materialize::values(ctx.cat, t, ctx.opts.dtype, job.transform, |_| Ok(()))?;
             }
             Ok(Entry::new(
                 t,

@@ -24,18 +24,25 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
     // (which needs every norm) has been written before them.
     let mut panels = vec![0u8; g.data_bytes()];
     let mut norms = vec![0u16; n * ng];
-    materialize::rows(ctx.cat, t, ctx.opts.dtype, SB, |first_row, values| {
-        let rows = values.len() / k;
-        let sb0 = first_row / SB;
-        let nsb = rows.div_ceil(SB);
-        enc.encode_superblocks(
-            first_row,
-            values,
-            &mut panels[sb0 * sbb..(sb0 + nsb) * sbb],
-            &mut norms[first_row * ng..(first_row + rows) * ng],
-        )
-        .with_context(|| ctx.at(job))
-    })?;
+    materialize::rows(
+        ctx.cat,
+        t,
+        ctx.opts.dtype,
+        SB,
+        job.transform,
+        |first_row, values| {
+            let rows = values.len() / k;
+            let sb0 = first_row / SB;
+            let nsb = rows.div_ceil(SB);
+            enc.encode_superblocks(
+                first_row,
+                values,
+                &mut panels[sb0 * sbb..(sb0 + nsb) * sbb],
+                &mut norms[first_row * ng..(first_row + rows) * ng],
+            )
+            .with_context(|| ctx.at(job))
+        },
+    )?;
     let header = enc.header();
     let scales = enc.scales_blob(&norms).with_context(|| ctx.at(job))?;
     let mut w = ctx.out.create(&job.file)?;

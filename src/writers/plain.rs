@@ -31,8 +31,8 @@ pub fn write_plain(ctx: &Ctx, job: &Job) -> Result<Entry> {
     let dtype = ctx.opts.dtype;
     // Pass 1: does everything fit fp16? (An fp16 source always does.)
     let mut fp16 = true;
-    if t.dtype != GgmlType::F16.into() {
-        materialize::values(ctx.cat, t, dtype, |v| {
+    if t.dtype != GgmlType::F16.into() || !job.transform.is_none() {
+        materialize::values(ctx.cat, t, dtype, job.transform, |v| {
             fp16 &= fits_fp16(v);
             Ok(())
         })?;
@@ -46,7 +46,7 @@ pub fn write_plain(ctx: &Ctx, job: &Job) -> Result<Entry> {
     let mut w = ctx.out.create(&job.file)?;
     w.write_all(&weights_file::write::prefix(&header, &[])?)?;
     let mut bytes = Vec::new();
-    materialize::values(ctx.cat, t, dtype, |v| {
+    materialize::values(ctx.cat, t, dtype, job.transform, |v| {
         bytes.clear();
         if fp16 {
             bytes.extend(v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()));

@@ -78,20 +78,27 @@ pub fn write(
     let mut buf = Vec::new();
     if requantize {
         let mut q = Vec::new();
-        materialize::rows(ctx.cat, t, ctx.opts.dtype, factor, |first_row, values| {
-            let rows = values.len() / k as usize;
-            q.resize(rows * row_bytes, 0);
-            // Quantize in parallel, `factor` rows per task; bytes never depend on the split.
-            q.par_chunks_mut(factor * row_bytes)
-                .zip(values.par_chunks(factor * k as usize))
-                .enumerate()
-                .try_for_each(|(i, (dst, src))| {
-                    ggml_quants::quantize_rows(ty, src, k as usize, dst)
-                        .with_context(|| format!("rows from {}", first_row + i * factor))
-                })
-                .with_context(|| ctx.at(job))?;
-            write_rows(&mut w, &q, row_bytes, ty.type_size(), factor, &mut buf)
-        })?;
+        materialize::rows(
+            ctx.cat,
+            t,
+            ctx.opts.dtype,
+            factor,
+            job.transform,
+            |first_row, values| {
+                let rows = values.len() / k as usize;
+                q.resize(rows * row_bytes, 0);
+                // Quantize in parallel, `factor` rows per task; bytes never depend on the split.
+                q.par_chunks_mut(factor * row_bytes)
+                    .zip(values.par_chunks(factor * k as usize))
+                    .enumerate()
+                    .try_for_each(|(i, (dst, src))| {
+                        ggml_quants::quantize_rows(ty, src, k as usize, dst)
+                            .with_context(|| format!("rows from {}", first_row + i * factor))
+                    })
+                    .with_context(|| ctx.at(job))?;
+                write_rows(&mut w, &q, row_bytes, ty.type_size(), factor, &mut buf)
+            },
+        )?;
     } else {
         let data = ctx.cat.data(t);
         if data.len() as u64 != header.data_bytes {

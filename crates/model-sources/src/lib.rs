@@ -15,6 +15,7 @@
 pub mod catalogue;
 pub mod error;
 pub mod gguf;
+pub mod hf;
 pub mod mmap;
 pub mod names;
 pub mod roles;
