@@ -17,8 +17,6 @@ pub mod neon;
 pub mod probe;
 pub mod sme2;
 
-pub(crate) use probe::{has_dotprod, os_reports_sme2, sme2_usable, streaming_vector_bytes};
-
 use core::arch::aarch64::*;
 use core::arch::asm;
 
