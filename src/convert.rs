@@ -10,10 +10,11 @@ use model_sources::{Catalogue, SourceKind};
 use rayon::prelude::*;
 
 use crate::cli::ConvertArgs;
+use crate::extra::ExtraContent;
 use crate::manifest::{self, Entry, ExtraFile, Manifest, SkippedFile, Source, SourceFile, Tool};
 use crate::options::Options;
 use crate::outdir::{self, OutputDir};
-use crate::plan::{self, Action, ExtraContent, Plan};
+use crate::plan::{self, Action, Plan};
 use crate::writers;
 
 /// `convert INPUT OUTPUT`.

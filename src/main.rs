@@ -4,6 +4,7 @@
 mod cli;
 mod convert;
 mod engine;
+mod extra;
 mod failure;
 mod inspect;
 mod manifest;

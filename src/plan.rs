@@ -10,6 +10,7 @@ use model_sources::{Catalogue, Role, SourceKind, Tensor};
 use weights_file::format::Interleave;
 
 use crate::engine::{self, policy, EngineTensor};
+use crate::extra::{Extra, ExtraContent};
 use crate::failure::bad_input;
 use crate::materialize::Transform;
 use crate::options::{Mode, Options};
@@ -129,30 +130,6 @@ pub struct Plan<'c> {
     pub extra: Vec<Extra>,
 }
 
-/// A non-tensor file of the bundle.
-#[derive(Debug, Clone)]
-pub struct Extra {
-    /// Its name in the bundle.
-    pub name: String,
-    /// What it is (for the manifest).
-    pub what: &'static str,
-    /// Where its bytes come from.
-    pub content: ExtraContent,
-}
-
-/// The bytes of an [`Extra`].
-#[derive(Debug, Clone)]
-pub enum ExtraContent {
-    /// Copied from a source file.
-    Copy(std::path::PathBuf),
-    /// Every GGUF key/value of the source, as JSON.
-    GgufMetadata,
-    /// Made at plan time (engine config and tokenizer files).
-    Bytes(Vec<u8>),
-    /// An engine manifest, made from the tensor entries after the jobs.
-    EngineManifest,
-}
-
 impl Plan<'_> {
     /// Every file the bundle will have.
     pub fn file_names(&self) -> Vec<String> {
@@ -186,10 +163,19 @@ pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
         });
     }
     let engine_layout = matches!(opts.mode, Mode::Cq4 { engine: true, .. });
+    let engine_extra = if engine_layout {
+        engine::extra_files(cat)?
+    } else {
+        Vec::new()
+    };
     for p in &cat.aux_files {
         if let Some(n) = p.file_name() {
             let n = n.to_string_lossy().into_owned();
-            if engine_layout && engine::REPLACED_AUX_FILES.contains(&n.as_str()) {
+            // The engine layout writes its own merges.txt, config, ...:
+            // those replace the source's copies.
+            let replaced = engine::REPLACED_AUX_FILES.contains(&n.as_str())
+                || engine_extra.iter().any(|x| x.name == n);
+            if engine_layout && replaced {
                 continue;
             }
             names.reserve(&n);
@@ -200,11 +186,9 @@ pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
             });
         }
     }
-    if engine_layout {
-        for x in engine::extra_files(cat)? {
-            names.reserve(&x.name);
-            extra.push(x);
-        }
+    for x in engine_extra {
+        names.reserve(&x.name);
+        extra.push(x);
     }
     let mut jobs = Vec::with_capacity(cat.tensors.len());
     let family = policy::family(&engine::model_type(cat));

@@ -5,7 +5,7 @@ use model_sources::gguf::Value as GgufValue;
 use model_sources::Catalogue;
 use serde_json::{json, Map, Value};
 
-use super::pyjson::dumps;
+use crate::engine::pyjson::dumps;
 
 fn meta<'a>(cat: &'a Catalogue, key: &str) -> Option<&'a GgufValue> {
     cat.gguf_metadata
@@ -217,14 +217,14 @@ fn txt_value(v: &Value) -> Option<String> {
     Some(match v {
         Value::Null | Value::Object(_) => return None,
         Value::Bool(b) => if *b { "true" } else { "false" }.into(),
-        Value::Number(n) => super::pyjson::py_number(n),
+        Value::Number(n) => crate::engine::pyjson::py_number(n),
         Value::String(s) => s.clone(),
         Value::Array(items) => items
             .iter()
             .map(|x| match x {
                 Value::String(s) => s.clone(),
                 Value::Bool(b) => if *b { "True" } else { "False" }.into(),
-                Value::Number(n) => super::pyjson::py_number(n),
+                Value::Number(n) => crate::engine::pyjson::py_number(n),
                 other => other.to_string(),
             })
             .collect::<Vec<_>>()

@@ -12,15 +12,16 @@ pub mod config;
 pub mod names;
 pub mod policy;
 pub mod pyjson;
+pub mod tokenizer;
 
 use anyhow::Result;
 use ggml_quants::Dtype;
 use model_sources::hf::{hf_tensor, HfTensor, Undo};
 use model_sources::{Catalogue, SourceKind, Tensor};
 
+use crate::extra::{Extra, ExtraContent};
 use crate::failure::bad_input;
 use crate::materialize::{Affine, Transform};
-use crate::plan::{Extra, ExtraContent};
 use names::{engine_name, EngineName};
 use policy::Precision;
 
@@ -101,6 +102,13 @@ pub fn extra_files(cat: &Catalogue) -> Result<Vec<Extra>> {
             name: "config.json".into(),
             what: "a Hugging Face config.json rebuilt from the GGUF metadata",
             content: ExtraContent::Bytes(text.into_bytes()),
+        });
+    }
+    for (name, bytes) in tokenizer::files(cat, family)? {
+        v.push(Extra {
+            name: name.into(),
+            what: "engine tokenizer file",
+            content: ExtraContent::Bytes(bytes),
         });
     }
     for name in MANIFESTS {

@@ -2,7 +2,7 @@
 //! (`docs/FORMAT.md` §engine layout; facts: the engine converter's
 //! `policy.py` and `tensor_io.py` / `cli.py`).
 
-use super::names::EngineName;
+use crate::engine::names::EngineName;
 use crate::materialize::Affine;
 
 /// What a tensor becomes in an engine bundle.
@@ -115,8 +115,8 @@ pub fn transform(family: &str, name: &EngineName) -> Affine {
 
 #[cfg(test)]
 mod tests {
-    use super::super::names::engine_name;
     use super::*;
+    use crate::engine::names::engine_name;
 
     #[test]
     fn policy_table() {
