@@ -310,6 +310,16 @@ pub struct ConvertArgs {
     #[arg(long, value_enum, value_name = "TYPE")]
     pub qtype: Option<QtypeArg>,
 
+    /// With --qtype: llama.cpp's importance matrix (`llama-imatrix` output,
+    /// GGUF or legacy .dat). Each weight with an entry (looked up by its
+    /// GGUF name, as llama-quantize does; a Hugging Face source's names are
+    /// mapped) is quantized importance-weighted, byte-identical to
+    /// `llama-quantize --imatrix`; weights without one (token_embd, output
+    /// unless collected) are quantized without. Q8_0 ignores it, as ggml
+    /// does.
+    #[arg(long, requires = "qtype", value_name = "FILE")]
+    pub imatrix: Option<PathBuf>,
+
     /// Keep mode: rows interleaved per group in sidecar files (4 = R4, 8 =
     /// R8; default 8).
     #[arg(long, value_enum, value_name = "4|8")]

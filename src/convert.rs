@@ -33,6 +33,7 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
     }
     let mut inputs: Vec<PathBuf> = cat.files.iter().map(|f| f.path().to_path_buf()).collect();
     inputs.extend(cat.aux_files.iter().cloned());
+    inputs.extend(opts.imatrix.iter().map(|m| m.path.clone()));
     let dir = OutputDir::prepare(out, &inputs, args.force, &plan.file_names())?;
 
     let result = pool.install(|| -> Result<Manifest> {

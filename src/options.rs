@@ -34,11 +34,24 @@ pub enum Mode {
     },
 }
 
+/// `--imatrix`: the parsed file and what the manifest says of it.
+#[derive(Debug)]
+pub struct ImatrixInput {
+    /// The path given.
+    pub path: std::path::PathBuf,
+    /// sha256 of the file.
+    pub sha256: String,
+    /// Its entries.
+    pub data: model_sources::imatrix::Imatrix,
+}
+
 /// Everything that decides the output bytes, plus how to run.
 #[derive(Debug)]
 pub struct Options {
     /// Materialization dtype.
     pub dtype: TorchDtype,
+    /// `--imatrix` (keep mode with `--qtype`).
+    pub imatrix: Option<ImatrixInput>,
     /// The mode.
     pub mode: Mode,
     /// Worker threads (never changes bytes).
@@ -77,8 +90,26 @@ impl Options {
             Some(n) => n,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
+        if args.imatrix.is_some() && !matches!(mode, Mode::Keep { qtype: Some(_), .. }) {
+            return Err(bad_input(
+                "--imatrix applies to --qtype (ggml types, as llama-quantize uses it); CQ4 (--bits 4) does not use an importance matrix yet",
+            ));
+        }
+        let imatrix = match &args.imatrix {
+            None => None,
+            Some(path) => {
+                let data = model_sources::imatrix::read(path)?;
+                let bytes = model_sources::mmap::read_regular(path, 1 << 34)?;
+                Some(ImatrixInput {
+                    path: path.clone(),
+                    sha256: crate::outdir::sha256(&bytes),
+                    data,
+                })
+            }
+        };
         Ok(Options {
             dtype: args.torch_dtype.into(),
+            imatrix,
             mode,
             threads,
         })
@@ -97,12 +128,26 @@ impl Options {
         let dtype = self.dtype.name();
         match &self.mode {
             Mode::Plain => serde_json::json!({ "mode": "plain", "torch_dtype": dtype }),
-            Mode::Keep { qtype, interleave } => serde_json::json!({
-                "mode": "keep",
-                "torch_dtype": dtype,
-                "qtype": qtype.map(|q| q.to_string()),
-                "interleave": interleave.factor(),
-            }),
+            Mode::Keep { qtype, interleave } => {
+                let mut j = serde_json::json!({
+                    "mode": "keep",
+                    "torch_dtype": dtype,
+                    "qtype": qtype.map(|q| q.to_string()),
+                    "interleave": interleave.factor(),
+                });
+                if let Some(im) = &self.imatrix {
+                    j["imatrix"] = serde_json::json!({
+                        "file": im.path.file_name().map(|n| n.to_string_lossy().into_owned()),
+                        "sha256": im.sha256,
+                        "format": match im.data.format {
+                            model_sources::imatrix::ImatrixFormat::Gguf => "gguf",
+                            model_sources::imatrix::ImatrixFormat::Dat => "dat",
+                        },
+                        "entries": im.data.entries.len(),
+                    });
+                }
+                j
+            }
             Mode::Cq4 {
                 engine,
                 keep_quant,

@@ -119,6 +119,9 @@ pub struct Job<'c> {
     pub transform: Transform,
     /// Engine layout: its Hugging Face name, engine name and transforms.
     pub engine: Option<EngineTensor>,
+    /// `--imatrix`: the importance of each column (requantized sidecars
+    /// whose tensor has an entry).
+    pub imatrix: Option<&'c [f32]>,
 }
 
 /// The plan of a conversion.
@@ -212,6 +215,7 @@ pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
                     file,
                     transform: Transform::NONE,
                     engine: None,
+                    imatrix: importance(cat, t, action, opts)?,
                 }
             }
         };
@@ -237,6 +241,7 @@ fn engine_job<'c>(
                 file: String::new(),
                 transform: Transform::NONE,
                 engine: None,
+                imatrix: None,
             })
         }
         engine::Decision::Write(e) => e,
@@ -270,7 +275,57 @@ fn engine_job<'c>(
         file,
         transform: e.transform,
         engine: Some(e),
+        imatrix: None,
     })
+}
+
+/// The `--imatrix` entry of `t` when it is requantized to a sidecar: by
+/// its name for a GGUF source, by the Hugging Face name of each entry for
+/// other sources. An entry of the wrong size is bad input.
+fn importance<'c>(
+    cat: &Catalogue,
+    t: &Tensor,
+    action: Action,
+    opts: &'c Options,
+) -> Result<Option<&'c [f32]>> {
+    let (
+        Some(im),
+        Action::Sidecar {
+            requantize: true, ..
+        },
+    ) = (&opts.imatrix, action)
+    else {
+        return Ok(None);
+    };
+    let name = match cat.kind {
+        SourceKind::Gguf { .. } => Some(t.name.clone()),
+        _ => {
+            let arch = gguf_architecture(cat.architecture.as_deref().unwrap_or(""));
+            im.data
+                .entries
+                .keys()
+                .find(|g| {
+                    matches!(
+                        model_sources::hf::hf_tensor(arch, g, &[]),
+                        model_sources::hf::HfTensor::Mapped { ref name, .. } if *name == t.name
+                    )
+                })
+                .cloned()
+        }
+    };
+    let Some(name) = name else { return Ok(None) };
+    let k = *t.shape.last().unwrap_or(&0) as usize;
+    im.data
+        .for_tensor(&name, k, 1)
+        .map_err(|why| bad_input(format!("{}: {}: {why}", at(cat, t), im.path.display())))
+}
+
+/// llama.cpp's architecture name of a Hugging Face `model_type`.
+fn gguf_architecture(model_type: &str) -> &str {
+    match model_type {
+        "gemma3_text" => "gemma3",
+        t => t,
+    }
 }
 
 fn at(cat: &Catalogue, t: &Tensor) -> String {
@@ -436,6 +491,38 @@ pub fn describe(cat: &Catalogue, plan: &Plan, opts: &Options, out: &Path) -> Str
             "    {n:>5} tensors  {:>10}  {action}  ({})\n",
             human_bytes(b),
             detail.join(", ")
+        );
+    }
+    if let Some(im) = &opts.imatrix {
+        let requantized: Vec<&Job> = plan
+            .jobs
+            .iter()
+            .filter(|j| {
+                matches!(
+                    j.action,
+                    Action::Sidecar {
+                        requantize: true,
+                        ..
+                    }
+                )
+            })
+            .collect();
+        let with = requantized.iter().filter(|j| j.imatrix.is_some()).count();
+        let without: Vec<&str> = requantized
+            .iter()
+            .filter(|j| j.imatrix.is_none())
+            .map(|j| j.tensor.name.as_str())
+            .collect();
+        s += &format!(
+            "  importance matrix: {} ({} entries): {with} of {} requantized tensors use it{}\n",
+            im.path.display(),
+            im.data.entries.len(),
+            requantized.len(),
+            if without.is_empty() {
+                String::new()
+            } else {
+                format!("; without an entry: {}", without.join(", "))
+            }
         );
     }
     for (name, why) in &cat.skipped_files {

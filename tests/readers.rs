@@ -138,3 +138,43 @@ fn roles_of_the_fixture_models() {
     );
     assert!(hf.aux_files.iter().any(|p| p.ends_with("config.json")));
 }
+
+#[test]
+fn both_imatrix_formats_give_llama_quantizes_vectors() {
+    // The same llama-imatrix run saved as GGUF and as legacy .dat
+    // (scripts/make_imatrix_fixtures): the GGUF's sum / count and the
+    // .dat's value / ncall are one rounding apart at most.
+    use model_sources::imatrix::{read, ImatrixFormat};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/imatrix");
+    let g = read(&dir.join("tiny-llama3.imatrix.gguf")).unwrap();
+    let d = read(&dir.join("tiny-llama3.imatrix.dat")).unwrap();
+    assert_eq!(
+        (g.format, d.format),
+        (ImatrixFormat::Gguf, ImatrixFormat::Dat)
+    );
+    assert_eq!(g.entries.len(), 14);
+    assert_eq!(
+        g.entries.keys().collect::<Vec<_>>(),
+        d.entries.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(g.datasets, ["calibration.txt"]);
+    assert_eq!(g.chunk_count, d.chunk_count);
+    let mut differ = 0;
+    for (name, e) in &g.entries {
+        let v = &d.entries[name].values;
+        assert_eq!((e.n_mat, e.values.len()), (1, v.len()), "{name}");
+        for (a, b) in e.values.iter().zip(v) {
+            let ulps = (a.to_bits() as i64 - b.to_bits() as i64).abs();
+            assert!(ulps <= 2, "{name}: {a} vs {b}");
+            differ += usize::from(ulps != 0);
+        }
+    }
+    assert!(e_nonzero(&g), "values are not all equal");
+    eprintln!("{differ} values differ by an ulp or two between the formats");
+}
+
+fn e_nonzero(m: &model_sources::imatrix::Imatrix) -> bool {
+    m.entries
+        .values()
+        .all(|e| e.values.iter().any(|&v| v != e.values[0]))
+}

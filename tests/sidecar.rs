@@ -172,3 +172,123 @@ fn bad_sidecar_inputs_exit_2() {
         "not a multiple of the Q4_K block size 256",
     );
 }
+
+/// `--qtype TYPE --imatrix FILE` into a fresh folder of `tmp`.
+fn with_imatrix(tmp: &Path, model: &str, q: &str, imatrix: &str) -> std::path::PathBuf {
+    let out = tmp.join(format!("{q}-{}", imatrix.replace('/', "_")));
+    let im = fixture(imatrix);
+    let o = convert_into(
+        &fixture(model),
+        &out,
+        &["--qtype", q, "--imatrix", im.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{model} {q} {imatrix}: {}", stderr(&o));
+    out
+}
+
+#[test]
+fn imatrix_quantization_gives_llama_quantize_bytes() {
+    // fixtures/imatrix/ (scripts/make_imatrix_fixtures): llama-imatrix's
+    // own files (GGUF and legacy .dat) for tiny-llama3, a synthetic one for
+    // tiny-llama-f32 (K-quants need 256-wide rows), and what
+    // `llama-quantize --pure --imatrix` made with each.
+    let tmp = tempfile::tempdir().unwrap();
+    for (model, q, imatrix, reference) in [
+        (
+            "models/tiny-llama3.gguf",
+            "q5_0",
+            "imatrix/tiny-llama3.imatrix.gguf",
+            "imatrix/tiny-llama3-Q5_0-imatrix.gguf",
+        ),
+        (
+            "models/tiny-llama3.gguf",
+            "q5_0",
+            "imatrix/tiny-llama3.imatrix.dat",
+            "imatrix/tiny-llama3-Q5_0-imatrix-dat.gguf",
+        ),
+        (
+            "models/tiny-llama-f32.gguf",
+            "q4_k",
+            "imatrix/tiny-llama-f32.imatrix.gguf",
+            "imatrix/tiny-llama-f32-Q4_K-imatrix.gguf",
+        ),
+    ] {
+        let out = with_imatrix(tmp.path(), model, q, imatrix);
+        let r = Catalogue::open(&fixture(reference)).unwrap();
+        assert_eq!(
+            unpack_and_compare(&out, &r, str::to_string),
+            16,
+            "{imatrix}"
+        );
+        // token_embd and output have no entry (llama-imatrix never
+        // collects them): quantized without, as llama-quantize does.
+        let m = manifest(&out);
+        let used = m["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["details"]["importance_matrix"] == true)
+            .count();
+        assert_eq!(used, 14, "{imatrix}");
+        assert_eq!(m["options"]["imatrix"]["entries"], 14);
+    }
+    // The importance matrix changes the bytes (so the comparison above
+    // could fail): plain --qtype q5_0 differs from llama-quantize --imatrix.
+    let plain = tmp.path().join("plain");
+    let o = convert_into(
+        &fixture("models/tiny-llama3.gguf"),
+        &plain,
+        &["--qtype", "q5_0"],
+    );
+    assert!(o.status.success());
+    let f = "blk.0.ffn_down.weight.q5_0.r8.weights";
+    let with = tmp
+        .path()
+        .join("q5_0-imatrix_tiny-llama3.imatrix.gguf")
+        .join(f);
+    assert_ne!(
+        std::fs::read(plain.join(f)).unwrap(),
+        std::fs::read(with).unwrap()
+    );
+}
+
+#[test]
+fn bad_imatrix_inputs_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fixture("models/tiny-llama3.gguf");
+    let run = |name: &str, opts: &[&str]| {
+        let out = tmp.path().join(name);
+        let o = convert_into(&model, &out, opts);
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", stderr(&o));
+        assert!(!out.exists(), "{name}: nothing written");
+        stderr(&o)
+    };
+    let im = fixture("imatrix/tiny-llama3.imatrix.gguf");
+    let im = im.to_str().unwrap();
+    // Needs --qtype.
+    run("no-qtype", &["--imatrix", im]);
+    run("bits", &["--bits", "4", "--imatrix", im]);
+    // Another model's matrix: its rows are wider.
+    let other = fixture("imatrix/tiny-llama-f32.imatrix.gguf");
+    let e = run(
+        "shape",
+        &["--qtype", "q5_0", "--imatrix", other.to_str().unwrap()],
+    );
+    assert!(e.contains("blk.0.") && e.contains("needs 128"), "{e}");
+    // Not an importance matrix (a model GGUF; random bytes).
+    let e = run(
+        "model",
+        &["--qtype", "q5_0", "--imatrix", model.to_str().unwrap()],
+    );
+    assert!(e.contains("imatrix"), "{e}");
+    let junk = tmp.path().join("junk.dat");
+    std::fs::write(&junk, [7u8; 100]).unwrap();
+    run(
+        "junk",
+        &["--qtype", "q5_0", "--imatrix", junk.to_str().unwrap()],
+    );
+    run(
+        "missing",
+        &["--qtype", "q5_0", "--imatrix", "/nonexistent/m.gguf"],
+    );
+}

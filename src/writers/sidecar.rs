@@ -92,8 +92,13 @@ pub fn write(
                     .zip(values.par_chunks(factor * k as usize))
                     .enumerate()
                     .try_for_each(|(i, (dst, src))| {
-                        ggml_quants::quantize_rows(ty, src, k as usize, dst)
-                            .with_context(|| format!("rows from {}", first_row + i * factor))
+                        match job.imatrix {
+                            Some(im) => {
+                                ggml_quants::quantize_rows_imatrix(ty, src, k as usize, im, dst)
+                            }
+                            None => ggml_quants::quantize_rows(ty, src, k as usize, dst),
+                        }
+                        .with_context(|| format!("rows from {}", first_row + i * factor))
                     })
                     .with_context(|| ctx.at(job))?;
                 write_rows(&mut w, &q, row_bytes, ty.type_size(), factor, &mut buf)
@@ -116,12 +121,18 @@ pub fn write(
         }
     }
     let done = w.commit()?;
+    let mut d = details(ty, factor, n, k);
+    if requantize {
+        // Whether ggml's importance-weighted search made these bytes.
+        d["importance_matrix"] =
+            serde_json::json!(job.imatrix.is_some() && ggml_quants::uses_imatrix(ty));
+    }
     Ok(Entry::new(
         t,
         Some(&job.file),
         ty.to_string(),
         format!("ggml_r{factor}"),
         Some(&done),
-        Some(details(ty, factor, n, k)),
+        Some(d),
     ))
 }

@@ -166,6 +166,9 @@ pub enum ErrorKind {
     /// A Hugging Face folder that is incomplete or inconsistent.
     #[error("{0}")]
     BadFolder(String),
+    /// An importance matrix file that is not what llama.cpp writes.
+    #[error("importance matrix: {0}")]
+    BadImatrix(String),
 }
 
 /// Shorthand used in the readers.

@@ -16,6 +16,7 @@ pub mod catalogue;
 pub mod error;
 pub mod gguf;
 pub mod hf;
+pub mod imatrix;
 pub mod mmap;
 pub mod names;
 pub mod roles;
