@@ -243,17 +243,36 @@ pub enum QtypeArg {
     Q5K,
     #[value(name = "q6_k")]
     Q6K,
+    /// llama.cpp's Q4_K_S mixture (Q4_K; Q5_K for the first attn_v and
+    /// ffn_down; Q6_K output).
+    #[value(name = "q4_k_s")]
+    Q4KS,
+    /// llama.cpp's Q4_K_M mixture (Q4_K; Q6_K for output and for the
+    /// attn_v / ffn_down of the layers llama.cpp's use_more_bits picks).
+    #[value(name = "q4_k_m")]
+    Q4KM,
+    /// llama.cpp's Q5_K_S mixture (Q5_K; Q6_K output).
+    #[value(name = "q5_k_s")]
+    Q5KS,
+    /// llama.cpp's Q5_K_M mixture (Q5_K; Q6_K like Q4_K_M).
+    #[value(name = "q5_k_m")]
+    Q5KM,
 }
 
-impl From<QtypeArg> for ggml_quants::GgmlType {
+impl From<QtypeArg> for crate::mixture::Scheme {
     fn from(q: QtypeArg) -> Self {
+        use crate::mixture::Scheme as S;
         use ggml_quants::GgmlType as G;
         match q {
-            QtypeArg::Q8_0 => G::Q8_0,
-            QtypeArg::Q5_0 => G::Q5_0,
-            QtypeArg::Q4K => G::Q4_K,
-            QtypeArg::Q5K => G::Q5_K,
-            QtypeArg::Q6K => G::Q6_K,
+            QtypeArg::Q8_0 => S::Pure(G::Q8_0),
+            QtypeArg::Q5_0 => S::Pure(G::Q5_0),
+            QtypeArg::Q4K => S::Pure(G::Q4_K),
+            QtypeArg::Q5K => S::Pure(G::Q5_K),
+            QtypeArg::Q6K => S::Pure(G::Q6_K),
+            QtypeArg::Q4KS => S::Q4KS,
+            QtypeArg::Q4KM => S::Q4KM,
+            QtypeArg::Q5KS => S::Q5KS,
+            QtypeArg::Q5KM => S::Q5KM,
         }
     }
 }
@@ -309,6 +328,14 @@ pub struct ConvertArgs {
     /// in one of the five sidecar types keep their own type.
     #[arg(long, value_enum, value_name = "TYPE")]
     pub qtype: Option<QtypeArg>,
+
+    /// With --qtype: give tensors whose name matches REGEX (lower case,
+    /// matched anywhere in the name, first rule wins) the ggml TYPE
+    /// instead (llama-quantize's --tensor-type), e.g. `attn_v=q8_0`.
+    /// Repeatable. Rows TYPE's blocks do not divide fall back as in
+    /// llama.cpp (Q4_K -> Q5_0, Q6_K -> Q8_0).
+    #[arg(long, requires = "qtype", value_name = "REGEX=TYPE")]
+    pub tensor_type: Vec<String>,
 
     /// With --qtype: llama.cpp's importance matrix (`llama-imatrix` output,
     /// GGUF or legacy .dat). Each weight with an entry (looked up by its

@@ -9,6 +9,7 @@ mod failure;
 mod inspect;
 mod manifest;
 mod materialize;
+mod mixture;
 mod options;
 mod outdir;
 mod plan;

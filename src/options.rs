@@ -2,7 +2,7 @@
 //! values the pipeline works with here, in one place).
 
 use anyhow::{Context, Result};
-use ggml_quants::{GgmlType, TorchDtype};
+use ggml_quants::TorchDtype;
 use weights_file::format::Interleave;
 
 use crate::cli::ConvertArgs;
@@ -13,8 +13,11 @@ use crate::failure::bad_input;
 pub enum Mode {
     /// Sidecars for ggml-typed tensors, everything else stays in the source.
     Keep {
-        /// `--qtype`: float 2-D weights are quantized to this type first.
-        qtype: Option<GgmlType>,
+        /// `--qtype`: float 2-D weights are quantized first, to this type
+        /// or mixture.
+        qtype: Option<crate::mixture::Scheme>,
+        /// `--tensor-type` rules.
+        overrides: Vec<crate::mixture::Override>,
         /// Rows per interleave group.
         interleave: Interleave,
     },
@@ -82,6 +85,11 @@ impl Options {
         } else {
             Mode::Keep {
                 qtype: args.qtype.map(Into::into),
+                overrides: args
+                    .tensor_type
+                    .iter()
+                    .map(|r| crate::mixture::parse_override(r, &crate::mixture::sidecar_types()))
+                    .collect::<Result<_>>()?,
                 interleave,
             }
         };
@@ -128,13 +136,23 @@ impl Options {
         let dtype = self.dtype.name();
         match &self.mode {
             Mode::Plain => serde_json::json!({ "mode": "plain", "torch_dtype": dtype }),
-            Mode::Keep { qtype, interleave } => {
+            Mode::Keep {
+                qtype,
+                overrides,
+                interleave,
+            } => {
                 let mut j = serde_json::json!({
                     "mode": "keep",
                     "torch_dtype": dtype,
-                    "qtype": qtype.map(|q| q.to_string()),
+                    "qtype": qtype.map(|q| q.name()),
                     "interleave": interleave.factor(),
                 });
+                if !overrides.is_empty() {
+                    j["tensor_type"] = overrides
+                        .iter()
+                        .map(|o| format!("{}={}", o.pattern, o.ty))
+                        .collect();
+                }
                 if let Some(im) = &self.imatrix {
                     j["imatrix"] = serde_json::json!({
                         "file": im.path.file_name().map(|n| n.to_string_lossy().into_owned()),

@@ -13,6 +13,7 @@ use crate::engine::{self, policy, EngineTensor};
 use crate::extra::{Extra, ExtraContent};
 use crate::failure::bad_input;
 use crate::materialize::Transform;
+use crate::mixture::has_sidecar;
 use crate::options::{Mode, Options};
 use crate::outdir::{self, NameAllocator};
 
@@ -146,12 +147,6 @@ impl Plan<'_> {
     }
 }
 
-/// The ggml types that get sidecars: those the kernels serve (and `verify`
-/// can check).
-pub fn has_sidecar(t: GgmlType) -> bool {
-    kernels::QuantFormat::from_ggml(t).is_some()
-}
-
 /// Decide what happens to every tensor and name its file.
 pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
     let mut names = NameAllocator::default();
@@ -195,7 +190,8 @@ pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
     }
     let mut jobs = Vec::with_capacity(cat.tensors.len());
     let family = policy::family(&engine::model_type(cat));
-    for t in &cat.tensors {
+    let requantized = requantized_types(cat, opts)?;
+    for (i, t) in cat.tensors.iter().enumerate() {
         let job = match &opts.mode {
             Mode::Cq4 {
                 engine: true,
@@ -203,7 +199,7 @@ pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
                 ..
             } => engine_job(cat, t, family, bundle, &mut names)?,
             _ => {
-                let action = action_for(cat, t, opts)?;
+                let action = action_for(cat, t, opts, requantized.get(&i).copied())?;
                 let file = if action.writes_file() {
                     names.allocate(&t.name, &action.suffix())
                 } else {
@@ -374,7 +370,37 @@ fn plain_or_raw(cat: &Catalogue, t: &Tensor) -> Result<Action<'static>> {
     }
 }
 
-fn action_for<'o>(cat: &Catalogue, t: &Tensor, opts: &'o Options) -> Result<Action<'o>> {
+/// Whether keep mode quantizes `t` from float (`--qtype`).
+fn requantizes(t: &Tensor) -> bool {
+    let matrix = t.shape.len() == 2;
+    let has = t.dtype.ggml().is_some_and(|g| matrix && has_sidecar(g));
+    !has && matrix && t.dtype.is_float() && t.role.is_matrix()
+}
+
+/// `--qtype`: the type of every tensor keep mode quantizes, by index
+/// (the mixture needs to see them all: it counts layers and attn_v).
+fn requantized_types(cat: &Catalogue, opts: &Options) -> Result<BTreeMap<usize, GgmlType>> {
+    let Mode::Keep {
+        qtype: Some(scheme),
+        overrides,
+        ..
+    } = &opts.mode
+    else {
+        return Ok(BTreeMap::new());
+    };
+    let idx: Vec<usize> = (0..cat.tensors.len())
+        .filter(|&i| requantizes(&cat.tensors[i]))
+        .collect();
+    let types = crate::mixture::choose(cat, &idx, *scheme, overrides, has_sidecar)?;
+    Ok(idx.into_iter().zip(types).collect())
+}
+
+fn action_for<'o>(
+    cat: &Catalogue,
+    t: &Tensor,
+    opts: &'o Options,
+    requantized: Option<GgmlType>,
+) -> Result<Action<'o>> {
     let matrix = t.shape.len() == 2;
     let sidecar_type = t.dtype.ggml().filter(|g| matrix && has_sidecar(*g));
     Ok(match &opts.mode {
@@ -401,27 +427,16 @@ fn action_for<'o>(cat: &Catalogue, t: &Tensor, opts: &'o Options) -> Result<Acti
             }
             _ => plain_or_raw(cat, t)?,
         },
-        Mode::Keep { qtype, interleave } => {
+        Mode::Keep { interleave, .. } => {
             if let Some(ty) = sidecar_type {
                 Action::Sidecar {
                     ty,
                     interleave: *interleave,
                     requantize: false,
                 }
-            } else if let Some(q) =
-                qtype.filter(|_| matrix && t.dtype.is_float() && t.role.is_matrix())
-            {
-                let bs = q.block_size() as u64;
-                if !t.ncols().is_multiple_of(bs) {
-                    return Err(bad_input(format!(
-                        "{}: row length {} is not a multiple of the {q} block size {bs}, so --qtype {} cannot quantize it",
-                        at(cat, t),
-                        t.ncols(),
-                        q.name().to_ascii_lowercase(),
-                    )));
-                }
+            } else if let Some(ty) = requantized {
                 Action::Sidecar {
-                    ty: q,
+                    ty,
                     interleave: *interleave,
                     requantize: true,
                 }

@@ -292,3 +292,113 @@ fn bad_imatrix_inputs_exit_2() {
         &["--qtype", "q5_0", "--imatrix", "/nonexistent/m.gguf"],
     );
 }
+
+#[test]
+fn llama_cpp_mixtures_give_llama_quantize_bytes() {
+    // tiny-llama-Q4_K_M / Q5_K_M.gguf are llama.cpp's own mixtures of the
+    // f32 model (output, blk.1.attn_v and blk.1.ffn_down in Q6_K): the same
+    // types and the same bytes, tensor for tensor.
+    let tmp = tempfile::tempdir().unwrap();
+    for (q, model) in [("q4_k_m", "Q4_K_M"), ("q5_k_m", "Q5_K_M")] {
+        let out = tmp.path().join(q);
+        let o = convert_into(
+            &fixture("models/tiny-llama-f32.gguf"),
+            &out,
+            &["--qtype", q],
+        );
+        assert!(o.status.success(), "{q}: {}", stderr(&o));
+        let reference =
+            Catalogue::open(&fixture(&format!("models/tiny-llama-{model}.gguf"))).unwrap();
+        assert_eq!(
+            unpack_and_compare(&out, &reference, str::to_string),
+            16,
+            "{q}"
+        );
+        let m = manifest(&out);
+        let q6: Vec<&str> = m["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["precision"] == "Q6_K")
+            .map(|e| e["tensor"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            q6,
+            [
+                "output.weight",
+                "blk.1.attn_v.weight",
+                "blk.1.ffn_down.weight"
+            ],
+            "{q}"
+        );
+        assert_eq!(m["options"]["qtype"], model);
+    }
+}
+
+#[test]
+fn tensor_type_overrides_the_mixture_and_keeps_the_fallback() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o");
+    let o = convert_into(
+        &fixture("models/tiny-llama-f32.gguf"),
+        &out,
+        &[
+            "--qtype",
+            "q4_k_m",
+            "--tensor-type",
+            "ATTN_V=q8_0",
+            "--tensor-type",
+            "blk\\.0\\.ffn_(up|gate)=q6_k",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m = manifest(&out);
+    let ty = |n: &str| {
+        common::entry(&m, n)["precision"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(ty("blk.0.attn_v.weight"), "Q8_0");
+    assert_eq!(
+        ty("blk.1.attn_v.weight"),
+        "Q8_0",
+        "the rule beats the mixture"
+    );
+    assert_eq!(ty("blk.0.ffn_up.weight"), "Q6_K");
+    assert_eq!(ty("blk.1.ffn_up.weight"), "Q4_K");
+    assert_eq!(ty("output.weight"), "Q6_K");
+    // tiny-llama3's rows are 128 wide: Q4_K falls back to Q5_0 and Q6_K to
+    // Q8_0, as llama.cpp does.
+    let out = tmp.path().join("fallback");
+    let o = convert_into(
+        &fixture("models/tiny-llama3.gguf"),
+        &out,
+        &["--qtype", "q4_k_m"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m = manifest(&out);
+    let ty = |n: &str| {
+        common::entry(&m, n)["precision"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(ty("blk.0.attn_q.weight"), "Q5_0");
+    assert_eq!(ty("output.weight"), "Q8_0");
+    // Bad rules.
+    for bad in ["attn_v", "attn_v=q4_1", "(=q8_0"] {
+        let out = tmp.path().join("bad");
+        let o = convert_into(
+            &fixture("models/tiny-llama-f32.gguf"),
+            &out,
+            &["--qtype", "q4_k_m", "--tensor-type", bad],
+        );
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("--tensor-type"),
+            "{bad}: {}",
+            stderr(&o)
+        );
+    }
+}
