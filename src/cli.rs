@@ -43,6 +43,58 @@ pub enum Command {
     /// on every available ISA compared with a dequantize-then-FP32 oracle.
     /// Exit code 1 on any failure.
     Verify(VerifyArgs),
+    /// Export the model a bundle holds, dequantized, for evaluation with
+    /// other tools: OUT/model.safetensors (F32, Hugging Face names, every
+    /// transform undone, with the bundle's config.json and tokenizer
+    /// files) and, for bundles made from a GGUF, OUT/model.gguf (F32,
+    /// llama.cpp names and values, the source's metadata). The values are
+    /// the quantizer's own dequantization (what `verify` checks kernels
+    /// against).
+    ///
+    ///   convert qdq out/ eval/ && llama-perplexity -m eval/model.gguf -f text.txt
+    Qdq(QdqArgs),
+}
+
+/// `convert qdq`.
+#[derive(Debug, Args)]
+pub struct QdqArgs {
+    /// A bundle folder (with manifest.json) written by convert.
+    pub bundle: PathBuf,
+    /// The output folder (created if missing; must be empty unless --force).
+    pub output: PathBuf,
+    /// What to write: both (safetensors, plus GGUF when the bundle came
+    /// from a GGUF), safetensors, or gguf.
+    #[arg(long, value_enum, default_value = "both")]
+    pub format: QdqFormat,
+    /// Replace the files of a previous export in OUTPUT (only those its
+    /// manifest lists).
+    #[arg(long)]
+    pub force: bool,
+    /// No progress or summary on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// `--format` of `qdq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QdqFormat {
+    /// safetensors, and GGUF when the bundle came from a GGUF.
+    Both,
+    /// Only model.safetensors.
+    Safetensors,
+    /// Only model.gguf (bundles made from a GGUF).
+    Gguf,
+}
+
+impl QdqFormat {
+    /// The value as spelled on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            QdqFormat::Both => "both",
+            QdqFormat::Safetensors => "safetensors",
+            QdqFormat::Gguf => "gguf",
+        }
+    }
 }
 
 /// `convert verify`.

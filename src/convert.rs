@@ -263,19 +263,9 @@ fn gguf_metadata_json(cat: &Catalogue) -> Result<String> {
     let kv: Vec<serde_json::Value> = cat
         .gguf_metadata
         .iter()
-        .map(|(k, v)| {
-            serde_json::json!({ "key": k, "type": value_type_name(v), "value": v.to_json() })
-        })
+        .map(|(k, v)| serde_json::json!({ "key": k, "type": v.type_name(), "value": v.to_json() }))
         .collect();
     let mut text = serde_json::to_string_pretty(&kv)?;
     text.push('\n');
     Ok(text)
-}
-
-/// gguf-py's name of a value's type (`ARRAY[STRING]` for arrays).
-fn value_type_name(v: &model_sources::gguf::Value) -> String {
-    match v {
-        model_sources::gguf::Value::Array(t, _) => format!("ARRAY[{}]", t.name()),
-        v => v.value_type().name().into(),
-    }
 }

@@ -1,6 +1,9 @@
 //! Files a bundle carries besides its tensors: what the plan lists and
 //! where their bytes come from.
 
+/// The `what` of an extra file copied from the source folder.
+pub const COPIED: &str = "copied from the source folder";
+
 /// A non-tensor file of the bundle.
 #[derive(Debug, Clone)]
 pub struct Extra {

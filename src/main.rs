@@ -12,6 +12,7 @@ mod materialize;
 mod options;
 mod outdir;
 mod plan;
+mod qdq;
 mod signals;
 mod verify;
 mod writers;
@@ -45,6 +46,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(cli::Command::Inspect(args)) => inspect::run(&args),
         Some(cli::Command::Verify(args)) => verify::run(&args),
+        Some(cli::Command::Qdq(args)) => qdq::run(&args),
         None => convert::run(&cli.convert),
     };
     match result {

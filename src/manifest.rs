@@ -168,6 +168,17 @@ impl Entry {
 }
 
 impl Manifest {
+    /// Read and parse the `manifest.json` of bundle folder `dir` (bad input
+    /// when it is missing, not a regular file or not a manifest).
+    pub fn read(dir: &std::path::Path) -> anyhow::Result<Manifest> {
+        let mpath = dir.join(MANIFEST);
+        let text = model_sources::mmap::read_regular(&mpath, 1 << 30)
+            .map_err(|e| crate::failure::bad_input(format!("{e} (not a bundle folder?)")))?;
+        serde_json::from_slice(&text).map_err(|e| {
+            crate::failure::bad_input(format!("{}: invalid manifest: {e}", mpath.display()))
+        })
+    }
+
     /// Every file of the bundle: tensor files, extra files and the manifest
     /// itself.
     pub fn file_names(&self) -> impl Iterator<Item = String> + '_ {

@@ -50,6 +50,25 @@ impl Affine {
         }
         x
     }
+
+    /// The inverse of [`Affine::apply`]: `((v - then) / mul) - add`, the
+    /// same steps skipped. Exact when `mul` is a power of two and `add` and
+    /// `then` are zero; otherwise within an ulp or two of the value that
+    /// went in.
+    #[inline]
+    pub fn unapply(&self, v: f32) -> f32 {
+        let mut x = v;
+        if self.then != 0.0 {
+            x -= self.then;
+        }
+        if self.mul != 1.0 {
+            x /= self.mul;
+        }
+        if self.add != 0.0 {
+            x -= self.add;
+        }
+        x
+    }
 }
 
 /// What happens to a tensor's values on the way from the source: rows

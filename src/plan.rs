@@ -181,7 +181,7 @@ pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
             names.reserve(&n);
             extra.push(Extra {
                 name: n,
-                what: "copied from the source folder",
+                what: crate::extra::COPIED,
                 content: ExtraContent::Copy(p.clone()),
             });
         }

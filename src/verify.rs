@@ -23,7 +23,7 @@ use kernels::Isa;
 use crate::cli::{IsaArg, VerifyArgs};
 use crate::failure::bad_input;
 use crate::manifest::Manifest;
-use crate::outdir::{is_plain_name, sha256, MANIFEST};
+use crate::outdir::{is_plain_name, sha256};
 
 /// What the hash check found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,11 +220,7 @@ fn select_isas(arg: IsaArg) -> Result<Vec<Isa>> {
 /// Every file the manifest names: tensor files (not `layout: source`), then
 /// the extra files (hash only).
 fn bundle_targets(dir: &Path) -> Result<Vec<Target>> {
-    let mpath = dir.join(MANIFEST);
-    let text = model_sources::mmap::read_regular(&mpath, 1 << 30)
-        .map_err(|e| bad_input(format!("{e} (not a bundle folder?)")))?;
-    let m: Manifest = serde_json::from_slice(&text)
-        .map_err(|e| bad_input(format!("{}: invalid manifest: {e}", mpath.display())))?;
+    let m = Manifest::read(dir)?;
     let mut v = Vec::new();
     for e in &m.tensors {
         if let Some(f) = &e.file {
@@ -284,7 +280,7 @@ fn verify_one(t: &Target, isas: &[Isa], no_hash: bool) -> Outcome {
 
 /// The file's bytes in a 64-byte aligned buffer; FIFOs, sockets and
 /// devices are refused without being read.
-fn read_aligned(path: &Path) -> std::io::Result<AlignedBytes> {
+pub fn read_aligned(path: &Path) -> std::io::Result<AlignedBytes> {
     use std::io::Read;
     let mut f = model_sources::mmap::open_regular(path).map_err(std::io::Error::other)?;
     let len = usize::try_from(f.metadata()?.len())

@@ -16,7 +16,9 @@ fn meta<'a>(cat: &'a Catalogue, key: &str) -> Option<&'a GgufValue> {
 
 fn meta_num(cat: &Catalogue, key: &str) -> Option<Value> {
     match meta(cat, key)? {
-        GgufValue::F32(f) => Some(json!(f64::from(*f))),
+        // The shortest decimal that is this f32 (1e-05, not the f64
+        // 9.999999747378752e-06 of its bits): what the HF config said.
+        GgufValue::F32(f) => Some(json!(f.to_string().parse::<f64>().unwrap_or(f64::from(*f)))),
         GgufValue::F64(f) => Some(json!(*f)),
         v => v.as_u64().map(|u| json!(u)),
     }
@@ -39,6 +41,16 @@ pub fn hf_config_from_gguf(cat: &Catalogue) -> Value {
         c.insert("architectures".into(), json!([class]));
     }
     c.insert("model_type".into(), json!(model_type));
+    // GGUF does not store the activation: llama.cpp's graph for each
+    // architecture fixes it.
+    let act = match a.as_str() {
+        "llama" | "qwen2" | "qwen3" => Some("silu"),
+        "gemma3" => Some("gelu_pytorch_tanh"),
+        _ => None,
+    };
+    if let Some(act) = act {
+        c.insert("hidden_act".into(), json!(act));
+    }
     let mut put = |hf: &str, v: Option<Value>| {
         if let Some(v) = v {
             c.insert(hf.into(), v);
@@ -248,11 +260,10 @@ pub fn config_txt(merged: &Map<String, Value>) -> String {
     s
 }
 
-/// `hf_config.json`: the merged dict, indent 2, keys sorted.
+/// `hf_config.json`: the merged dict, indent 2, keys sorted, no final
+/// newline (Python's `json.dump`, as the engine's converter writes it).
 pub fn hf_config_json(merged: &Map<String, Value>) -> String {
-    let mut s = dumps(&Value::Object(merged.clone()), true, true);
-    s.push('\n');
-    s
+    dumps(&Value::Object(merged.clone()), true, true)
 }
 
 #[cfg(test)]

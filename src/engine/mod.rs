@@ -202,6 +202,31 @@ pub fn decide(cat: &Catalogue, t: &Tensor, family: &str) -> Result<Decision> {
     }))
 }
 
+/// The torch spelling of a source dtype the engine's converter would have
+/// loaded (ggml quant types, which it never sees, keep their ggml names).
+fn torch_dtype(ggml: &str) -> String {
+    match ggml {
+        "F32" => "torch.float32".into(),
+        "F16" => "torch.float16".into(),
+        "BF16" => "torch.bfloat16".into(),
+        "F64" => "torch.float64".into(),
+        other => other.into(),
+    }
+}
+
+/// Why an FP16 tensor is not CQ4, in the engine's words where it has them.
+fn fallback_reason(e: &crate::manifest::Entry, file: &str) -> Option<&'static str> {
+    Some(if file.contains("norm") {
+        "norm tensor"
+    } else if e.hf_name.as_deref().is_some_and(|n| n.ends_with(".bias")) {
+        "bias tensor"
+    } else if e.shape.len() != 2 {
+        "not a 2-D tensor"
+    } else {
+        "K is not a multiple of 128 (packed panels need whole groups)"
+    })
+}
+
 /// One row per converted tensor, shared by the two engine manifests.
 fn rows(
     entries: &[crate::manifest::Entry],
@@ -215,55 +240,77 @@ fn rows(
             let hf = e.hf_name.clone()?;
             let file = e.file.clone()?;
             let cq4 = e.precision == "CQ4";
-            let scale = e
-                .transforms
-                .iter()
-                .find(|t| t["op"] == "affine")
-                .and_then(|t| t["mul"].as_f64())
-                .unwrap_or(1.0);
-            let transform = e
-                .transforms
-                .iter()
-                .filter_map(|t| t["op"].as_str())
-                .collect::<Vec<_>>()
-                .join("+");
+            // The engine reports the scale folded into a CQ tensor (its
+            // transform's factor); FP16 tensors hold their values as
+            // transformed, with factor 1. Its `transform` column is "none"
+            // for every tensor it writes (manifest.json records ours).
+            let scale = if cq4 {
+                e.transforms
+                    .iter()
+                    .find(|t| t["op"] == "affine")
+                    .and_then(|t| t["mul"].as_f64())
+                    .unwrap_or(1.0)
+            } else {
+                1.0
+            };
+            let embedding =
+                file.starts_with("token_embeddings") || file.starts_with("output_weight");
             let mut m = serde_json::Map::new();
             m.insert("adapter_family".into(), json!(family));
             m.insert("adapter_name".into(), json!(hf));
-            m.insert("component".into(), json!("language"));
+            m.insert(
+                "component".into(),
+                json!(if embedding { "embedding" } else { "language" }),
+            );
             m.insert("hf_name".into(), json!(hf));
             m.insert("output_name".into(), json!(file));
             m.insert("precision".into(), json!(if cq4 { "CQ4" } else { "FP16" }));
             m.insert("qdq_restore".into(), json!("hf_key"));
             m.insert("scale_factor".into(), json!(scale));
             m.insert("shape".into(), json!(e.shape));
-            m.insert("source_name".into(), json!(e.tensor));
-            m.insert("source_names".into(), json!([e.tensor]));
-            m.insert("status".into(), json!("converted"));
+            // Hugging Face names whatever the source: the transpiler binds
+            // by them (a GGUF's own name stays in manifest.json).
+            m.insert("source_name".into(), json!(hf));
+            m.insert("source_names".into(), json!([hf]));
             m.insert(
-                "transform".into(),
-                json!(if transform.is_empty() {
-                    "none".to_string()
-                } else {
-                    transform
-                }),
+                "status".into(),
+                json!(if cq4 { "converted" } else { "fallback" }),
             );
-            m.insert("bits".into(), json!(if cq4 { 4 } else { 16 }));
+            m.insert("transform".into(), json!("none"));
+            m.insert(
+                "bits".into(),
+                if cq4 {
+                    json!(4)
+                } else {
+                    serde_json::Value::Null
+                },
+            );
             m.insert("bytes".into(), json!(e.bytes));
-            m.insert("dtype".into(), json!(e.source_dtype));
-            m.insert("fallback_reason".into(), serde_json::Value::Null);
+            m.insert("dtype".into(), json!(torch_dtype(&e.source_dtype)));
+            m.insert(
+                "fallback_reason".into(),
+                match fallback_reason(e, &file) {
+                    Some(r) if !cq4 => json!(r),
+                    _ => serde_json::Value::Null,
+                },
+            );
             m.insert("gptq_used".into(), json!(false));
+            // The engine's converter expects GPTQ calibration for every CQ
+            // matmul (not for embeddings); convert has none yet.
             m.insert(
                 "hessian_missing_reason".into(),
-                json!(if cq4 {
-                    "no calibration data"
+                if cq4 && !embedding {
+                    json!("expected GPTQ target had zero samples")
                 } else {
-                    "not a CQ tensor"
-                }),
+                    serde_json::Value::Null
+                },
             );
             m.insert("hessian_samples".into(), json!(0));
             m.insert("output_file".into(), json!(file));
-            m.insert("policy".into(), json!("convert"));
+            m.insert(
+                "policy".into(),
+                json!(if cq4 { "convert" } else { "fallback" }),
+            );
             m.insert("recognized".into(), json!(!file.contains('~')));
             m.insert("required".into(), json!(true));
             Some(m)
@@ -314,34 +361,33 @@ pub fn manifests(
             Value::Object(r)
         })
         .collect();
-    let mut by_precision = serde_json::Map::new();
-    for r in &rows {
-        let p = r["precision"].as_str().unwrap_or("").to_string();
-        let n = by_precision.get(&p).and_then(Value::as_u64).unwrap_or(0);
-        by_precision.insert(p, json!(n + 1));
-    }
-    let cq4 = rows.iter().filter(|r| r["precision"] == "CQ4").count();
+    // Counts by a column, in first-seen order (pyjson sorts the keys).
+    let count_by = |key: &str, skip_null: bool| {
+        let mut m = serde_json::Map::new();
+        for r in &rows {
+            let v = &r[key];
+            if skip_null && v.is_null() {
+                continue;
+            }
+            let k = v.as_str().unwrap_or("none").to_string();
+            let n = m.get(&k).and_then(Value::as_u64).unwrap_or(0);
+            m.insert(k, json!(n + 1));
+        }
+        Value::Object(m)
+    };
     let total_bytes: u64 = rows.iter().filter_map(|r| r["bytes"].as_u64()).sum();
+    // The engine converter's summary has a `gptq` block only when it ran
+    // GPTQ; convert does not (yet), so there is none.
     let summary = json!({
         "total_tensors": rows.len(),
-        "counts_by_status": { "converted": rows.len() },
-        "counts_by_component": { "language": rows.len() },
-        "counts_by_precision": by_precision,
-        "fallback_reasons": {},
-        "gptq": {
-            "expected_tensors": cq4,
-            "calibrated_tensors": 0,
-            "uncalibrated_tensors": cq4,
-            "zero_sample_tensors": 0,
-            "unusable_hessian_tensors": 0,
-        },
+        "counts_by_status": count_by("status", false),
+        "counts_by_component": count_by("component", false),
+        "counts_by_precision": count_by("precision", false),
+        "fallback_reasons": count_by("fallback_reason", true),
         "total_bytes": total_bytes,
     });
-    let text = |v: &Value| {
-        let mut s = pyjson::dumps(v, true, true);
-        s.push('\n');
-        s.into_bytes()
-    };
+    // `json.dump` output: no final newline.
+    let text = |v: &Value| pyjson::dumps(v, true, true).into_bytes();
     vec![
         ("conversion_manifest.json", text(&Value::Array(conversion))),
         (

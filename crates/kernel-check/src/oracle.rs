@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 
 use kernels::panel::GROUP;
-use kernels::{check_len, FloatMatrix, Gemv, GgmlMatrix, KernelError, PanelMatrix};
+use kernels::{check_len, FloatMatrix, Gemv, GgmlMatrix, KernelError, Matrix, PanelMatrix};
 
 /// An oracle result.
 #[derive(Debug, Clone, PartialEq)]
@@ -185,5 +185,38 @@ pub fn compare(y: &[f32], reference: &[f64]) -> ErrorStats {
         ref_l2: r2.sqrt(),
         finiteness_mismatches: mism,
         nonfinite_reference: nonfin,
+    }
+}
+
+/// Every weight of `m` as the oracle sees it, `rows x cols` f32 row-major
+/// (`cols` is `Kp` for a panel tensor): ggml rows through
+/// `ggml_quants::dequantize_rows`, panels through `cq4`'s qdq, floats
+/// widened. This is what `convert qdq` exports, so an exported model holds
+/// exactly the weights `verify` checks the kernels against.
+pub fn weights(m: &Matrix<'_>) -> Result<Vec<f32>, KernelError> {
+    match m {
+        Matrix::Ggml(g) => {
+            let ty = g.format().ggml_type();
+            let cols = g.cols();
+            let mut out = vec![0f32; g.rows() * cols];
+            let mut rb = vec![0u8; g.row_bytes()];
+            for (r, w) in out.chunks_exact_mut(cols.max(1)).enumerate() {
+                g.row_blocks(r, &mut rb)?;
+                ggml_quants::dequantize_rows(ty, &rb, cols, w)
+                    .map_err(|e| KernelError::Unsupported(e.to_string()))?;
+            }
+            Ok(out)
+        }
+        Matrix::Panel(p) => cq4::PanelTensorView::new(*p.view())
+            .and_then(|v| v.qdq())
+            .map_err(|e| KernelError::Panel(e.to_string())),
+        Matrix::Float(f) => {
+            let (rows, cols) = (f.rows(), f.cols());
+            let mut out = Vec::with_capacity(rows * cols);
+            for r in 0..rows {
+                out.extend((0..cols).map(|c| f.at(r, c)));
+            }
+            Ok(out)
+        }
     }
 }

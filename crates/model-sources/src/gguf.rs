@@ -90,6 +90,18 @@ impl ValueType {
         }
     }
 
+    /// The type gguf-py names `name` ([`ValueType::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        (0..=12)
+            .filter_map(ValueType::from_id)
+            .find(|t| t.name() == name)
+    }
+
+    /// The type's id in the file.
+    pub fn id(self) -> u32 {
+        self as u32
+    }
+
     /// The name gguf-py uses.
     pub fn name(self) -> &'static str {
         use ValueType::*;
@@ -197,6 +209,64 @@ impl Value {
             Value::String(s) => J::String(s.clone()),
             Value::Array(_, items) => J::Array(items.iter().map(Value::to_json).collect()),
         }
+    }
+}
+
+impl Value {
+    /// gguf-py's name of the value's type (`ARRAY[STRING]` for arrays):
+    /// the `type` of an entry of a bundle's `gguf_metadata.json`.
+    pub fn type_name(&self) -> String {
+        match self {
+            Value::Array(t, _) => format!("ARRAY[{}]", t.name()),
+            v => v.value_type().name().into(),
+        }
+    }
+
+    /// The inverse of [`Value::type_name`] plus [`Value::to_json`]: the value
+    /// of type `type_name` whose JSON is `json`. `None` when they do not
+    /// match (a number out of its type's range, a non-integer for an integer
+    /// type, nested arrays, whose inner element types the JSON does not keep).
+    pub fn from_typed_json(type_name: &str, json: &serde_json::Value) -> Option<Value> {
+        if let Some(inner) = type_name
+            .strip_prefix("ARRAY[")
+            .and_then(|t| t.strip_suffix(']'))
+        {
+            let t = ValueType::from_name(inner)?;
+            if t == ValueType::Array {
+                return None;
+            }
+            let items = json
+                .as_array()?
+                .iter()
+                .map(|j| Value::scalar_from_json(t, j))
+                .collect::<Option<Vec<_>>>()?;
+            return Some(Value::Array(t, items));
+        }
+        Value::scalar_from_json(ValueType::from_name(type_name)?, json)
+    }
+
+    fn scalar_from_json(t: ValueType, j: &serde_json::Value) -> Option<Value> {
+        let int = || j.as_i64().map(i128::from).or(j.as_u64().map(i128::from));
+        let float = || match j {
+            serde_json::Value::String(s) => s.parse::<f64>().ok(),
+            _ => j.as_f64(),
+        };
+        Some(match t {
+            ValueType::U8 => Value::U8(int()?.try_into().ok()?),
+            ValueType::I8 => Value::I8(int()?.try_into().ok()?),
+            ValueType::U16 => Value::U16(int()?.try_into().ok()?),
+            ValueType::I16 => Value::I16(int()?.try_into().ok()?),
+            ValueType::U32 => Value::U32(int()?.try_into().ok()?),
+            ValueType::I32 => Value::I32(int()?.try_into().ok()?),
+            ValueType::U64 => Value::U64(int()?.try_into().ok()?),
+            ValueType::I64 => Value::I64(int()?.try_into().ok()?),
+            // f32 -> f64 -> shortest decimal -> f64 -> f32 is exact.
+            ValueType::F32 => Value::F32(float()? as f32),
+            ValueType::F64 => Value::F64(float()?),
+            ValueType::Bool => Value::Bool(j.as_bool()?),
+            ValueType::String => Value::String(j.as_str()?.to_owned()),
+            ValueType::Array => return None,
+        })
     }
 }
 

@@ -1,0 +1,546 @@
+//! `convert qdq BUNDLE OUT`: the model a bundle holds, dequantized, in the
+//! formats users evaluate models with (`docs/FORMAT.md` §qdq):
+//!
+//! - `model.safetensors`: F32 tensors under their Hugging Face names with
+//!   every transform undone (llama.cpp's Q/K row order and norm offset,
+//!   the engine's Gemma transforms), plus the bundle's `config.json` and
+//!   Hugging Face tokenizer files when it has them;
+//! - `model.gguf` (bundles made from a GGUF): F32 tensors under the
+//!   source's names, in its order and value conventions, with the
+//!   source's metadata (`gguf_metadata.json`), `general.file_type` set
+//!   to F32.
+//!
+//! The values are the oracle's weights ([`kernel_check::oracle::weights`]),
+//! the quantizer's own dequantization: with no value transform to undo
+//! they are exported bit for bit.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use model_export::gguf::GgufWriter;
+use model_export::safetensors::SafetensorsWriter;
+use model_export::TensorSpec;
+use model_sources::gguf::Value as GgufValue;
+use model_sources::hf::{hf_tensor, unpermuted_source_row, HfTensor, Undo};
+use rayon::prelude::*;
+
+use crate::cli::{QdqArgs, QdqFormat};
+use crate::failure::bad_input;
+use crate::manifest::{self, Entry, ExtraFile, Manifest, Source, SourceFile, Tool};
+use crate::materialize::Affine;
+use crate::outdir::{self, OutputDir, GGUF_METADATA};
+
+/// The safetensors file of a qdq folder.
+pub const SAFETENSORS: &str = "model.safetensors";
+/// The GGUF file of a qdq folder.
+pub const GGUF: &str = "model.gguf";
+/// Bundle files copied along so the folder loads as a Hugging Face model.
+const HF_FILES: &[&str] = &[
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+];
+/// ggml's `LLAMA_FTYPE_ALL_F32`.
+const FTYPE_ALL_F32: u32 = 0;
+
+/// How one tensor goes back to Hugging Face and llama.cpp values.
+#[derive(Debug, Clone)]
+struct Export<'m> {
+    entry: &'m Entry,
+    /// Name in the safetensors file.
+    hf_name: String,
+    /// The stored values are in HF row order and convention, through
+    /// `affine` (`stored = affine(hf)`); otherwise they are the GGUF's.
+    stored_is_hf: bool,
+    affine: Affine,
+    /// llama.cpp stored `hf + offset`.
+    offset: f32,
+    /// llama.cpp permuted the rows per head.
+    heads: Option<u64>,
+}
+
+impl Export<'_> {
+    /// GGUF row of HF row `r`.
+    fn gguf_row(&self, r: u64, rows: u64) -> Result<u64> {
+        match self.heads {
+            None => Ok(r),
+            Some(h) => unpermuted_source_row(r, rows, h).ok_or_else(|| {
+                bad_input(format!(
+                    "tensor '{}': {rows} rows are not {h} heads of an even size",
+                    self.entry.tensor
+                ))
+            }),
+        }
+    }
+
+    /// Stored `rows x k` values to HF values.
+    fn to_hf(&self, stored: &[f32], rows: u64, k: usize) -> Result<Vec<f32>> {
+        if self.stored_is_hf {
+            if self.affine.is_identity() {
+                return Ok(stored.to_vec());
+            }
+            return Ok(stored.iter().map(|&v| self.affine.unapply(v)).collect());
+        }
+        let mut out = vec![0f32; stored.len()];
+        for r in 0..rows {
+            let g = self.gguf_row(r, rows)? as usize;
+            let (dst, src) = (r as usize * k, g * k);
+            let row = &stored[src..src + k];
+            if self.offset == 0.0 {
+                // Not `s - 0.0`: the signs of zeros are kept.
+                out[dst..dst + k].copy_from_slice(row);
+            } else {
+                for (d, &s) in out[dst..dst + k].iter_mut().zip(row) {
+                    *d = s - self.offset;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Stored `rows x k` values to llama.cpp values (GGUF sources only).
+    fn to_gguf(&self, stored: &[f32], rows: u64, k: usize) -> Result<Vec<f32>> {
+        if !self.stored_is_hf {
+            return Ok(stored.to_vec());
+        }
+        let hf = self.to_hf(stored, rows, k)?;
+        let mut out = vec![0f32; hf.len()];
+        for r in 0..rows {
+            let g = self.gguf_row(r, rows)? as usize;
+            let (src, dst) = (r as usize * k, g * k);
+            let row = &hf[src..src + k];
+            if self.offset == 0.0 {
+                // Not `s + 0.0`, which turns -0.0 into +0.0.
+                out[dst..dst + k].copy_from_slice(row);
+            } else {
+                for (d, &s) in out[dst..dst + k].iter_mut().zip(row) {
+                    *d = s + self.offset;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One tensor's values for the safetensors and the GGUF export.
+type Exported = (Option<Vec<f32>>, Option<Vec<f32>>);
+
+/// The undo steps a bundle's manifest recorded for `e` (engine layout).
+fn recorded(e: &Entry) -> Result<(Affine, f32, Option<u64>)> {
+    let (mut affine, mut offset, mut heads) = (Affine::IDENTITY, 0f32, None);
+    let num = |t: &serde_json::Value, k: &str| -> Result<f64> {
+        t.get(k).and_then(|v| v.as_f64()).ok_or_else(|| {
+            bad_input(format!(
+                "tensor '{}': manifest transform {t} has no number '{k}'",
+                e.tensor
+            ))
+        })
+    };
+    for t in &e.transforms {
+        match t.get("op").and_then(|v| v.as_str()) {
+            Some("unpermute_rows") => heads = Some(num(t, "heads")? as u64),
+            Some("add") => offset = -(num(t, "value")? as f32),
+            Some("affine") => {
+                affine = Affine {
+                    add: num(t, "add")? as f32,
+                    mul: num(t, "mul")? as f32,
+                    then: num(t, "then")? as f32,
+                }
+            }
+            _ => {
+                return Err(bad_input(format!(
+                    "tensor '{}': manifest transform {t} is not one qdq can undo",
+                    e.tensor
+                )))
+            }
+        }
+    }
+    if affine.mul == 0.0 || !affine.mul.is_finite() {
+        return Err(bad_input(format!(
+            "tensor '{}': manifest transform multiplies by {}",
+            e.tensor, affine.mul
+        )));
+    }
+    Ok((affine, offset, heads))
+}
+
+/// `gguf_metadata.json` of a bundle back to typed key/values.
+fn gguf_metadata(dir: &Path) -> Result<Vec<(String, GgufValue)>> {
+    let p = dir.join(GGUF_METADATA);
+    let text = model_sources::mmap::read_regular(&p, 1 << 31)?;
+    let bad = |why: String| bad_input(format!("{}: {why}", p.display()));
+    let items: Vec<serde_json::Value> =
+        serde_json::from_slice(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    items
+        .iter()
+        .map(|it| {
+            let key = it.get("key").and_then(|k| k.as_str());
+            let ty = it.get("type").and_then(|k| k.as_str());
+            let (Some(key), Some(ty), Some(v)) = (key, ty, it.get("value")) else {
+                return Err(bad("an entry lacks key, type or value".into()));
+            };
+            let v = GgufValue::from_typed_json(ty, v)
+                .ok_or_else(|| bad(format!("key {key}: the value is not a {ty}")))?;
+            Ok((key.to_string(), v))
+        })
+        .collect()
+}
+
+fn meta_str<'a>(meta: &'a [(String, GgufValue)], key: &str) -> Option<&'a str> {
+    meta.iter()
+        .find(|(k, _)| k == key)
+        .and_then(|(_, v)| v.as_str())
+}
+
+/// What the export of `m` holds, tensor by tensor; skipped tensors are
+/// reported on stderr.
+fn exports<'m>(
+    m: &'m Manifest,
+    meta: &[(String, GgufValue)],
+    quiet: bool,
+) -> Result<Vec<Export<'m>>> {
+    let gguf = m.source.kind == "gguf";
+    let arch = m
+        .source
+        .architecture
+        .clone()
+        .or_else(|| meta_str(meta, "general.architecture").map(str::to_string))
+        .unwrap_or_default();
+    let mut v = Vec::new();
+    for e in &m.tensors {
+        let Some(file) = &e.file else {
+            let why = if e.layout == "skipped" {
+                "the bundle does not hold it"
+            } else {
+                return Err(bad_input(format!(
+                    "tensor '{}' stays in the source file {} (layout {}): qdq exports what a bundle holds; convert without keeping source tensors",
+                    e.tensor,
+                    e.source_file.as_deref().unwrap_or("?"),
+                    e.layout
+                )));
+            };
+            if !quiet {
+                eprintln!("  not exported: tensor '{}': {why}", e.tensor);
+            }
+            continue;
+        };
+        if !outdir::is_plain_name(file) {
+            return Err(bad_input(format!(
+                "tensor '{}': manifest names a path outside the bundle: {file:?}",
+                e.tensor
+            )));
+        }
+        let x = if e.hf_name.is_some() || !e.transforms.is_empty() {
+            let (affine, offset, heads) = recorded(e)?;
+            Export {
+                entry: e,
+                hf_name: e.hf_name.clone().unwrap_or_else(|| e.tensor.clone()),
+                stored_is_hf: true,
+                affine,
+                offset,
+                heads,
+            }
+        } else if gguf {
+            let (hf_name, undo) = match hf_tensor(&arch, &e.tensor, meta) {
+                HfTensor::Mapped { name, undo } => (name, undo),
+                HfTensor::Dropped(_) | HfTensor::Unknown => (e.tensor.clone(), Undo::None),
+            };
+            let (offset, heads) = match undo {
+                Undo::None => (0.0, None),
+                Undo::Offset(o) => (o, None),
+                Undo::UnpermuteRows { heads } => (0.0, Some(heads as u64)),
+            };
+            Export {
+                entry: e,
+                hf_name,
+                stored_is_hf: false,
+                affine: Affine::IDENTITY,
+                offset,
+                heads,
+            }
+        } else {
+            Export {
+                entry: e,
+                hf_name: e.tensor.clone(),
+                stored_is_hf: true,
+                affine: Affine::IDENTITY,
+                offset: 0.0,
+                heads: None,
+            }
+        };
+        v.push(x);
+    }
+    Ok(v)
+}
+
+/// The stored values of one tensor file, `rows x k` (`k` the last
+/// dimension of the manifest shape).
+fn stored_values(dir: &Path, e: &Entry) -> Result<(Vec<f32>, u64, usize)> {
+    let file = e.file.as_deref().unwrap_or_default();
+    let path = dir.join(file);
+    let at = || format!("tensor '{}' ({})", e.tensor, path.display());
+    let bytes =
+        crate::verify::read_aligned(&path).with_context(|| format!("cannot read {}", at()))?;
+    let f = weights_file::WeightsFile::parse(bytes.as_slice())
+        .map_err(|err| bad_input(format!("{}: {err}", at())))?;
+    let m = kernels::Matrix::from_file(&f).map_err(|err| {
+        bad_input(format!(
+            "{}: {err} (qdq exports float, ggml and CQ4 tensors)",
+            at()
+        ))
+    })?;
+    let w =
+        kernel_check::oracle::weights(&m).map_err(|err| bad_input(format!("{}: {err}", at())))?;
+    let g = m.as_gemv();
+    let total: u64 = e.shape.iter().product();
+    let k = *e.shape.last().unwrap_or(&1);
+    let rows = total.checked_div(k).unwrap_or(0);
+    let (fr, fc) = (g.rows() as u64, g.cols() as u64);
+    if fr * fc == total {
+        return Ok((w, rows, k as usize));
+    }
+    // Panels pad K to a multiple of 128: keep the first K columns.
+    if fr == rows && fc >= k {
+        let mut out = Vec::with_capacity(total as usize);
+        for r in w.chunks_exact(fc as usize) {
+            out.extend_from_slice(&r[..k as usize]);
+        }
+        return Ok((out, rows, k as usize));
+    }
+    Err(bad_input(format!(
+        "{}: the file holds {fr} x {fc} values, the manifest says shape {:?}",
+        at(),
+        e.shape
+    )))
+}
+
+/// `convert qdq`.
+pub fn run(args: &QdqArgs) -> Result<()> {
+    crate::signals::install()?;
+    let bundle = &args.bundle;
+    let m = Manifest::read(bundle)?;
+    let gguf_source = m.source.kind == "gguf";
+    let has_meta = m.extra_files.iter().any(|x| x.file == GGUF_METADATA);
+    let (want_st, want_gguf) = match args.format {
+        QdqFormat::Both => (true, gguf_source && has_meta),
+        QdqFormat::Safetensors => (true, false),
+        QdqFormat::Gguf => (false, true),
+    };
+    if want_gguf && !(gguf_source && has_meta) {
+        return Err(bad_input(format!(
+            "{}: the bundle was not made from a GGUF (or lacks {GGUF_METADATA}), so there is no llama.cpp metadata to write a GGUF with; export safetensors and run llama.cpp's convert_hf_to_gguf.py on it",
+            bundle.display()
+        )));
+    }
+    let meta = if has_meta {
+        gguf_metadata(bundle)?
+    } else {
+        Vec::new()
+    };
+    let ex = exports(&m, &meta, args.quiet)?;
+    let copies: Vec<&ExtraFile> = if want_st {
+        m.extra_files
+            .iter()
+            // The engine layout's own merges.txt etc. are not Hugging Face
+            // files: only copies of the source's are carried on.
+            .filter(|x| {
+                HF_FILES.contains(&x.file.as_str())
+                    && (x.what == crate::extra::COPIED || x.file == "config.json")
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut planned: Vec<String> = Vec::new();
+    if want_st {
+        planned.push(SAFETENSORS.into());
+    }
+    if want_gguf {
+        planned.push(GGUF.into());
+    }
+    planned.extend(copies.iter().map(|x| x.file.clone()));
+    planned.push(outdir::MANIFEST.into());
+    let mut inputs: Vec<PathBuf> = m.file_names().map(|n| bundle.join(n)).collect();
+    inputs.push(bundle.clone());
+    let dir = OutputDir::prepare(&args.output, &inputs, args.force, &planned)?;
+    let result = write_all(args, &m, &meta, &ex, &copies, want_st, want_gguf, &dir);
+    match result {
+        Ok(manifest) => {
+            dir.commit(&manifest)?;
+            if !args.quiet {
+                eprintln!(
+                    "done: {} tensors exported to {}",
+                    ex.len(),
+                    args.output.display()
+                );
+            }
+            Ok(())
+        }
+        Err(e) => {
+            dir.abort();
+            Err(e)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_all(
+    args: &QdqArgs,
+    m: &Manifest,
+    meta: &[(String, GgufValue)],
+    ex: &[Export],
+    copies: &[&ExtraFile],
+    want_st: bool,
+    want_gguf: bool,
+    dir: &OutputDir,
+) -> Result<Manifest> {
+    let bundle = &args.bundle;
+    let specs = |hf: bool| -> Vec<TensorSpec> {
+        ex.iter()
+            .map(|x| TensorSpec {
+                name: if hf {
+                    x.hf_name.clone()
+                } else {
+                    x.entry.tensor.clone()
+                },
+                shape: x.entry.shape.clone(),
+            })
+            .collect()
+    };
+    let show = |name: &str| args.output.join(name).display().to_string();
+    let export_err = |name: &str| {
+        let shown = show(name);
+        move |e: model_export::ExportError| anyhow::anyhow!("cannot write {shown}: {e}")
+    };
+    let mut st = if want_st {
+        let f = dir.create(SAFETENSORS)?;
+        let meta = [("format".to_string(), "pt".to_string())];
+        Some(SafetensorsWriter::new(f, &specs(true), &meta).map_err(export_err(SAFETENSORS))?)
+    } else {
+        None
+    };
+    let mut gg = if want_gguf {
+        let mut meta = meta.to_vec();
+        for (k, v) in meta.iter_mut() {
+            if k == "general.file_type" {
+                *v = GgufValue::U32(FTYPE_ALL_F32);
+            }
+        }
+        let f = dir.create(GGUF)?;
+        Some(GgufWriter::new(f, &meta, &specs(false)).map_err(export_err(GGUF))?)
+    } else {
+        None
+    };
+    let pb = ProgressBar::with_draw_target(
+        Some(ex.len() as u64),
+        if args.quiet {
+            ProgressDrawTarget::hidden()
+        } else {
+            ProgressDrawTarget::stderr()
+        },
+    );
+    pb.set_style(
+        ProgressStyle::with_template("  [{elapsed_precise}] {wide_bar} {pos}/{len} tensors {msg}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    // Dequantize a few tensors at once (in parallel), write them in order.
+    let window = 2 * rayon::current_num_threads().max(1);
+    for chunk in ex.chunks(window) {
+        let done: Vec<Result<Exported>> = chunk
+            .par_iter()
+            .map(|x| {
+                let (stored, rows, k) = stored_values(bundle, x.entry)?;
+                let hf = want_st.then(|| x.to_hf(&stored, rows, k)).transpose()?;
+                let gv = want_gguf.then(|| x.to_gguf(&stored, rows, k)).transpose()?;
+                Ok((hf, gv))
+            })
+            .collect();
+        for (x, r) in chunk.iter().zip(done) {
+            let (hf, gv) = r?;
+            if let (Some(w), Some(v)) = (st.as_mut(), hf) {
+                w.write_tensor(&v).map_err(export_err(SAFETENSORS))?;
+            }
+            if let (Some(w), Some(v)) = (gg.as_mut(), gv) {
+                w.write_tensor(&v).map_err(export_err(GGUF))?;
+            }
+            pb.set_message(x.entry.tensor.clone());
+            pb.inc(1);
+        }
+    }
+    pb.finish_and_clear();
+    let mut extra_files = Vec::new();
+    let mut record = |file: &str, what: &str, w: manifest::Written| {
+        extra_files.push(ExtraFile {
+            file: file.into(),
+            what: what.into(),
+            bytes: w.bytes,
+            sha256: w.sha256,
+        });
+    };
+    if let Some(w) = st {
+        let f = w.finish().map_err(export_err(SAFETENSORS))?;
+        record(
+            SAFETENSORS,
+            "dequantized tensors, Hugging Face names and values",
+            f.commit()?,
+        );
+    }
+    if let Some(w) = gg {
+        let f = w.finish().map_err(export_err(GGUF))?;
+        record(
+            GGUF,
+            "dequantized tensors, llama.cpp names and values, source metadata",
+            f.commit()?,
+        );
+    }
+    for x in copies {
+        let p = bundle.join(&x.file);
+        let bytes = model_sources::mmap::read_regular(&p, 1 << 31)?;
+        if outdir::sha256(&bytes) != x.sha256 {
+            return Err(bad_input(format!(
+                "{}: its sha256 differs from the bundle's manifest",
+                p.display()
+            )));
+        }
+        record(
+            &x.file,
+            "copied from the bundle",
+            dir.write_small(&x.file, &bytes)?,
+        );
+    }
+    let mbytes = model_sources::mmap::read_regular(&bundle.join(outdir::MANIFEST), 1 << 30)?;
+    let manifest = Manifest {
+        format: manifest::FORMAT.into(),
+        format_version: manifest::FORMAT_VERSION,
+        tool: Tool {
+            name: "convert".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        source: Source {
+            kind: "bundle".into(),
+            gguf_version: None,
+            architecture: m.source.architecture.clone(),
+            tied_embeddings: m.source.tied_embeddings,
+            files: vec![SourceFile {
+                name: outdir::MANIFEST.into(),
+                bytes: mbytes.len() as u64,
+                sha256: outdir::sha256(&mbytes),
+            }],
+        },
+        options: serde_json::json!({ "command": "qdq", "format": args.format.name() }),
+        tensors: Vec::new(),
+        extra_files,
+        skipped_files: Vec::new(),
+    };
+    dir.write_small(outdir::MANIFEST, manifest.to_json().as_bytes())?;
+    Ok(manifest)
+}
