@@ -204,10 +204,7 @@ fn manifest_of(
     Manifest {
         format: manifest::FORMAT.into(),
         format_version: manifest::FORMAT_VERSION,
-        tool: Tool {
-            name: "convert".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-        },
+        tool: Tool::this(),
         source: Source {
             kind: match cat.kind {
                 SourceKind::Gguf { .. } => "gguf",

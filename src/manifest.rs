@@ -167,6 +167,16 @@ impl Entry {
     }
 }
 
+impl Tool {
+    /// This build of convert.
+    pub fn this() -> Tool {
+        Tool {
+            name: "convert".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+}
+
 impl Manifest {
     /// Read and parse the `manifest.json` of bundle folder `dir` (bad input
     /// when it is missing, not a regular file or not a manifest).

@@ -35,19 +35,6 @@ use crate::outdir::{self, OutputDir, GGUF_METADATA};
 pub const SAFETENSORS: &str = "model.safetensors";
 /// The GGUF file of a qdq folder.
 pub const GGUF: &str = "model.gguf";
-/// Bundle files copied along so the folder loads as a Hugging Face model.
-const HF_FILES: &[&str] = &[
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "vocab.json",
-    "merges.txt",
-    "added_tokens.json",
-    "chat_template.jinja",
-];
 /// ggml's `LLAMA_FTYPE_ALL_F32`.
 const FTYPE_ALL_F32: u32 = 0;
 
@@ -81,29 +68,46 @@ impl Export<'_> {
         }
     }
 
-    /// Stored `rows x k` values to HF values.
-    fn to_hf(&self, stored: &[f32], rows: u64, k: usize) -> Result<Vec<f32>> {
-        if self.stored_is_hf {
-            if self.affine.is_identity() {
-                return Ok(stored.to_vec());
-            }
-            return Ok(stored.iter().map(|&v| self.affine.unapply(v)).collect());
-        }
-        let mut out = vec![0f32; stored.len()];
+    /// Rows between the two orders: to HF order (`out[r] = from[g(r)]`)
+    /// or to llama.cpp's (`out[g(r)] = from[r]`), `add` added to every
+    /// value (skipped when 0: `v + 0.0` would turn -0.0 into +0.0).
+    fn reorder(
+        &self,
+        from: &[f32],
+        rows: u64,
+        k: usize,
+        to_gguf: bool,
+        add: f32,
+    ) -> Result<Vec<f32>> {
+        let mut out = vec![0f32; from.len()];
         for r in 0..rows {
             let g = self.gguf_row(r, rows)? as usize;
-            let (dst, src) = (r as usize * k, g * k);
-            let row = &stored[src..src + k];
-            if self.offset == 0.0 {
-                // Not `s - 0.0`: the signs of zeros are kept.
+            let (dst, src) = if to_gguf {
+                (g * k, r as usize * k)
+            } else {
+                (r as usize * k, g * k)
+            };
+            let row = &from[src..src + k];
+            if add == 0.0 {
                 out[dst..dst + k].copy_from_slice(row);
             } else {
-                for (d, &s) in out[dst..dst + k].iter_mut().zip(row) {
-                    *d = s - self.offset;
+                for (d, &v) in out[dst..dst + k].iter_mut().zip(row) {
+                    *d = v + add;
                 }
             }
         }
         Ok(out)
+    }
+
+    /// Stored `rows x k` values to HF values.
+    fn to_hf(&self, stored: &[f32], rows: u64, k: usize) -> Result<Vec<f32>> {
+        if !self.stored_is_hf {
+            return self.reorder(stored, rows, k, false, -self.offset);
+        }
+        if self.affine.is_identity() {
+            return Ok(stored.to_vec());
+        }
+        Ok(stored.iter().map(|&v| self.affine.unapply(v)).collect())
     }
 
     /// Stored `rows x k` values to llama.cpp values (GGUF sources only).
@@ -111,22 +115,7 @@ impl Export<'_> {
         if !self.stored_is_hf {
             return Ok(stored.to_vec());
         }
-        let hf = self.to_hf(stored, rows, k)?;
-        let mut out = vec![0f32; hf.len()];
-        for r in 0..rows {
-            let g = self.gguf_row(r, rows)? as usize;
-            let (src, dst) = (r as usize * k, g * k);
-            let row = &hf[src..src + k];
-            if self.offset == 0.0 {
-                // Not `s + 0.0`, which turns -0.0 into +0.0.
-                out[dst..dst + k].copy_from_slice(row);
-            } else {
-                for (d, &s) in out[dst..dst + k].iter_mut().zip(row) {
-                    *d = s + self.offset;
-                }
-            }
-        }
-        Ok(out)
+        self.reorder(&self.to_hf(stored, rows, k)?, rows, k, true, self.offset)
     }
 }
 
@@ -352,7 +341,7 @@ pub fn run(args: &QdqArgs) -> Result<()> {
             // The engine layout's own merges.txt etc. are not Hugging Face
             // files: only copies of the source's are carried on.
             .filter(|x| {
-                HF_FILES.contains(&x.file.as_str())
+                model_sources::catalogue::HF_AUX_FILES.contains(&x.file.as_str())
                     && (x.what == crate::extra::COPIED || x.file == "config.json")
             })
             .collect()
@@ -371,7 +360,16 @@ pub fn run(args: &QdqArgs) -> Result<()> {
     let mut inputs: Vec<PathBuf> = m.file_names().map(|n| bundle.join(n)).collect();
     inputs.push(bundle.clone());
     let dir = OutputDir::prepare(&args.output, &inputs, args.force, &planned)?;
-    let result = write_all(args, &m, &meta, &ex, &copies, want_st, want_gguf, &dir);
+    let job = ExportJob {
+        args,
+        manifest: &m,
+        meta: &meta,
+        exports: &ex,
+        copies: &copies,
+        want_st,
+        want_gguf,
+    };
+    let result = job.write_all(&dir);
     match result {
         Ok(manifest) => {
             dir.commit(&manifest)?;
@@ -391,156 +389,170 @@ pub fn run(args: &QdqArgs) -> Result<()> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn write_all(
-    args: &QdqArgs,
-    m: &Manifest,
-    meta: &[(String, GgufValue)],
-    ex: &[Export],
-    copies: &[&ExtraFile],
+/// Everything one export writes from.
+struct ExportJob<'a> {
+    args: &'a QdqArgs,
+    manifest: &'a Manifest,
+    meta: &'a [(String, GgufValue)],
+    exports: &'a [Export<'a>],
+    copies: &'a [&'a ExtraFile],
     want_st: bool,
     want_gguf: bool,
-    dir: &OutputDir,
-) -> Result<Manifest> {
-    let bundle = &args.bundle;
-    let specs = |hf: bool| -> Vec<TensorSpec> {
-        ex.iter()
-            .map(|x| TensorSpec {
-                name: if hf {
-                    x.hf_name.clone()
-                } else {
-                    x.entry.tensor.clone()
-                },
-                shape: x.entry.shape.clone(),
-            })
-            .collect()
-    };
-    let show = |name: &str| args.output.join(name).display().to_string();
-    let export_err = |name: &str| {
-        let shown = show(name);
-        move |e: model_export::ExportError| anyhow::anyhow!("cannot write {shown}: {e}")
-    };
-    let mut st = if want_st {
-        let f = dir.create(SAFETENSORS)?;
-        let meta = [("format".to_string(), "pt".to_string())];
-        Some(SafetensorsWriter::new(f, &specs(true), &meta).map_err(export_err(SAFETENSORS))?)
-    } else {
-        None
-    };
-    let mut gg = if want_gguf {
-        let mut meta = meta.to_vec();
-        for (k, v) in meta.iter_mut() {
-            if k == "general.file_type" {
-                *v = GgufValue::U32(FTYPE_ALL_F32);
-            }
-        }
-        let f = dir.create(GGUF)?;
-        Some(GgufWriter::new(f, &meta, &specs(false)).map_err(export_err(GGUF))?)
-    } else {
-        None
-    };
-    let pb = ProgressBar::with_draw_target(
-        Some(ex.len() as u64),
-        if args.quiet {
-            ProgressDrawTarget::hidden()
+}
+
+impl ExportJob<'_> {
+    fn write_all(&self, dir: &OutputDir) -> Result<Manifest> {
+        let ExportJob {
+            args,
+            manifest: m,
+            meta,
+            exports: ex,
+            copies,
+            want_st,
+            want_gguf,
+        } = *self;
+        let bundle = &args.bundle;
+        let specs = |hf: bool| -> Vec<TensorSpec> {
+            ex.iter()
+                .map(|x| TensorSpec {
+                    name: if hf {
+                        x.hf_name.clone()
+                    } else {
+                        x.entry.tensor.clone()
+                    },
+                    shape: x.entry.shape.clone(),
+                })
+                .collect()
+        };
+        let show = |name: &str| args.output.join(name).display().to_string();
+        let export_err = |name: &str| {
+            let shown = show(name);
+            move |e: model_export::ExportError| anyhow::anyhow!("cannot write {shown}: {e}")
+        };
+        let mut st = if want_st {
+            let f = dir.create(SAFETENSORS)?;
+            let meta = [("format".to_string(), "pt".to_string())];
+            Some(SafetensorsWriter::new(f, &specs(true), &meta).map_err(export_err(SAFETENSORS))?)
         } else {
-            ProgressDrawTarget::stderr()
-        },
-    );
-    pb.set_style(
-        ProgressStyle::with_template("  [{elapsed_precise}] {wide_bar} {pos}/{len} tensors {msg}")
+            None
+        };
+        let mut gg = if want_gguf {
+            let mut meta = meta.to_vec();
+            for (k, v) in meta.iter_mut() {
+                if k == "general.file_type" {
+                    *v = GgufValue::U32(FTYPE_ALL_F32);
+                }
+            }
+            let f = dir.create(GGUF)?;
+            Some(GgufWriter::new(f, &meta, &specs(false)).map_err(export_err(GGUF))?)
+        } else {
+            None
+        };
+        let pb = ProgressBar::with_draw_target(
+            Some(ex.len() as u64),
+            if args.quiet {
+                ProgressDrawTarget::hidden()
+            } else {
+                ProgressDrawTarget::stderr()
+            },
+        );
+        pb.set_style(
+            ProgressStyle::with_template(
+                "  [{elapsed_precise}] {wide_bar} {pos}/{len} tensors {msg}",
+            )
             .expect("static template")
             .progress_chars("=> "),
-    );
-    // Dequantize a few tensors at once (in parallel), write them in order.
-    let window = 2 * rayon::current_num_threads().max(1);
-    for chunk in ex.chunks(window) {
-        let done: Vec<Result<Exported>> = chunk
-            .par_iter()
-            .map(|x| {
-                let (stored, rows, k) = stored_values(bundle, x.entry)?;
-                let hf = want_st.then(|| x.to_hf(&stored, rows, k)).transpose()?;
-                let gv = want_gguf.then(|| x.to_gguf(&stored, rows, k)).transpose()?;
-                Ok((hf, gv))
-            })
-            .collect();
-        for (x, r) in chunk.iter().zip(done) {
-            let (hf, gv) = r?;
-            if let (Some(w), Some(v)) = (st.as_mut(), hf) {
-                w.write_tensor(&v).map_err(export_err(SAFETENSORS))?;
+        );
+        // Dequantize a few tensors at once (in parallel), write them in order.
+        let window = 2 * rayon::current_num_threads().max(1);
+        for chunk in ex.chunks(window) {
+            let done: Vec<Result<Exported>> = chunk
+                .par_iter()
+                .map(|x| {
+                    let (stored, rows, k) = stored_values(bundle, x.entry)?;
+                    let hf = want_st.then(|| x.to_hf(&stored, rows, k)).transpose()?;
+                    let gv = want_gguf.then(|| x.to_gguf(&stored, rows, k)).transpose()?;
+                    Ok((hf, gv))
+                })
+                .collect();
+            for (x, r) in chunk.iter().zip(done) {
+                let (hf, gv) = r?;
+                if let (Some(w), Some(v)) = (st.as_mut(), hf) {
+                    w.write_tensor(&v).map_err(export_err(SAFETENSORS))?;
+                }
+                if let (Some(w), Some(v)) = (gg.as_mut(), gv) {
+                    w.write_tensor(&v).map_err(export_err(GGUF))?;
+                }
+                pb.set_message(x.entry.tensor.clone());
+                pb.inc(1);
             }
-            if let (Some(w), Some(v)) = (gg.as_mut(), gv) {
-                w.write_tensor(&v).map_err(export_err(GGUF))?;
+        }
+        pb.finish_and_clear();
+        let mut extra_files = Vec::new();
+        let mut record = |file: &str, what: &str, w: manifest::Written| {
+            extra_files.push(ExtraFile {
+                file: file.into(),
+                what: what.into(),
+                bytes: w.bytes,
+                sha256: w.sha256,
+            });
+        };
+        if let Some(w) = st {
+            let f = w.finish().map_err(export_err(SAFETENSORS))?;
+            record(
+                SAFETENSORS,
+                "dequantized tensors, Hugging Face names and values",
+                f.commit()?,
+            );
+        }
+        if let Some(w) = gg {
+            let f = w.finish().map_err(export_err(GGUF))?;
+            record(
+                GGUF,
+                "dequantized tensors, llama.cpp names and values, source metadata",
+                f.commit()?,
+            );
+        }
+        for x in copies {
+            let p = bundle.join(&x.file);
+            let bytes = model_sources::mmap::read_regular(&p, 1 << 31)?;
+            if outdir::sha256(&bytes) != x.sha256 {
+                return Err(bad_input(format!(
+                    "{}: its sha256 differs from the bundle's manifest",
+                    p.display()
+                )));
             }
-            pb.set_message(x.entry.tensor.clone());
-            pb.inc(1);
+            record(
+                &x.file,
+                "copied from the bundle",
+                dir.write_small(&x.file, &bytes)?,
+            );
         }
+        let mbytes = model_sources::mmap::read_regular(&bundle.join(outdir::MANIFEST), 1 << 30)?;
+        let manifest = Manifest {
+            format: manifest::FORMAT.into(),
+            format_version: manifest::FORMAT_VERSION,
+            tool: Tool {
+                name: "convert".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+            },
+            source: Source {
+                kind: "bundle".into(),
+                gguf_version: None,
+                architecture: m.source.architecture.clone(),
+                tied_embeddings: m.source.tied_embeddings,
+                files: vec![SourceFile {
+                    name: outdir::MANIFEST.into(),
+                    bytes: mbytes.len() as u64,
+                    sha256: outdir::sha256(&mbytes),
+                }],
+            },
+            options: serde_json::json!({ "command": "qdq", "format": args.format.name() }),
+            tensors: Vec::new(),
+            extra_files,
+            skipped_files: Vec::new(),
+        };
+        dir.write_small(outdir::MANIFEST, manifest.to_json().as_bytes())?;
+        Ok(manifest)
     }
-    pb.finish_and_clear();
-    let mut extra_files = Vec::new();
-    let mut record = |file: &str, what: &str, w: manifest::Written| {
-        extra_files.push(ExtraFile {
-            file: file.into(),
-            what: what.into(),
-            bytes: w.bytes,
-            sha256: w.sha256,
-        });
-    };
-    if let Some(w) = st {
-        let f = w.finish().map_err(export_err(SAFETENSORS))?;
-        record(
-            SAFETENSORS,
-            "dequantized tensors, Hugging Face names and values",
-            f.commit()?,
-        );
-    }
-    if let Some(w) = gg {
-        let f = w.finish().map_err(export_err(GGUF))?;
-        record(
-            GGUF,
-            "dequantized tensors, llama.cpp names and values, source metadata",
-            f.commit()?,
-        );
-    }
-    for x in copies {
-        let p = bundle.join(&x.file);
-        let bytes = model_sources::mmap::read_regular(&p, 1 << 31)?;
-        if outdir::sha256(&bytes) != x.sha256 {
-            return Err(bad_input(format!(
-                "{}: its sha256 differs from the bundle's manifest",
-                p.display()
-            )));
-        }
-        record(
-            &x.file,
-            "copied from the bundle",
-            dir.write_small(&x.file, &bytes)?,
-        );
-    }
-    let mbytes = model_sources::mmap::read_regular(&bundle.join(outdir::MANIFEST), 1 << 30)?;
-    let manifest = Manifest {
-        format: manifest::FORMAT.into(),
-        format_version: manifest::FORMAT_VERSION,
-        tool: Tool {
-            name: "convert".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-        },
-        source: Source {
-            kind: "bundle".into(),
-            gguf_version: None,
-            architecture: m.source.architecture.clone(),
-            tied_embeddings: m.source.tied_embeddings,
-            files: vec![SourceFile {
-                name: outdir::MANIFEST.into(),
-                bytes: mbytes.len() as u64,
-                sha256: outdir::sha256(&mbytes),
-            }],
-        },
-        options: serde_json::json!({ "command": "qdq", "format": args.format.name() }),
-        tensors: Vec::new(),
-        extra_files,
-        skipped_files: Vec::new(),
-    };
-    dir.write_small(outdir::MANIFEST, manifest.to_json().as_bytes())?;
-    Ok(manifest)
 }

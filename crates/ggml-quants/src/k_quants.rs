@@ -10,7 +10,7 @@
 use crate::block::{impl_block_format, impl_weighted_block_format, ByteReader, ByteWriter};
 use crate::float::{fp16_to_f32, scale_to_fp16, FieldOverflow};
 use crate::search::{
-    make_q3_quants, make_qkx_quants, make_qp_quants, make_qx_quants, nearest_int, Qkx,
+    make_q3_quants, make_qkx_quants, make_qp_quants, make_qx_quants, nearest_int, Grid, Qkx,
     GROUP_MAX_EPS,
 };
 use crate::types::GgmlType;
@@ -69,10 +69,12 @@ fn quantize_scales_mins(
             &xs,
             &weights,
             &mut l_sub,
-            rmin,
-            rdelta,
-            nstep,
-            false,
+            Grid {
+                rmin,
+                rdelta,
+                nstep,
+                use_mad: false,
+            },
         );
         l_all[32 * j..32 * j + 32].copy_from_slice(&l_sub);
         scales[j] = scale;
@@ -189,17 +191,8 @@ fn quantize_scales_mins_weighted(
         }
         sw[j] = sumw;
         let mut l_sub = [0u8; 32];
-        let (scale, the_min) = make_qkx_quants(
-            Qkx::Three,
-            nmax,
-            &xs,
-            &weights,
-            &mut l_sub,
-            -0.9,
-            0.05,
-            36,
-            false,
-        );
+        let (scale, the_min) =
+            make_qkx_quants(Qkx::Three, nmax, &xs, &weights, &mut l_sub, Grid::QKX3);
         l_all[32 * j..32 * j + 32].copy_from_slice(&l_sub);
         scales[j] = scale;
         mins[j] = the_min;
@@ -689,8 +682,19 @@ impl BlockQ2K {
             let xs = sub::<16>(x, 16 * j);
             let weights = xs.map(f32::abs);
             let mut l_sub = [0u8; 16];
-            let (scale, the_min) =
-                make_qkx_quants(Qkx::Two, 3, &xs, &weights, &mut l_sub, -0.5, 0.1, 15, true);
+            let (scale, the_min) = make_qkx_quants(
+                Qkx::Two,
+                3,
+                &xs,
+                &weights,
+                &mut l_sub,
+                Grid {
+                    rmin: -0.5,
+                    rdelta: 0.1,
+                    nstep: 15,
+                    use_mad: true,
+                },
+            );
             l_all[16 * j..16 * j + 16].copy_from_slice(&l_sub);
             scales[j] = scale;
             mins[j] = the_min;
@@ -754,17 +758,8 @@ impl BlockQ2K {
                 sw[j] += w;
             }
             let mut l_sub = [0u8; 16];
-            let (scale, the_min) = make_qkx_quants(
-                Qkx::Three,
-                3,
-                &xs,
-                &weight,
-                &mut l_sub,
-                -0.9,
-                0.05,
-                36,
-                false,
-            );
+            let (scale, the_min) =
+                make_qkx_quants(Qkx::Three, 3, &xs, &weight, &mut l_sub, Grid::QKX3);
             l_all[16 * j..16 * j + 16].copy_from_slice(&l_sub);
             scales[j] = scale;
             mins[j] = the_min;

@@ -7,7 +7,7 @@
 
 use crate::block::{impl_block_format, impl_weighted_block_format, ByteReader, ByteWriter};
 use crate::float::{fp16_to_f32, scale_to_fp16, FieldOverflow};
-use crate::search::{make_qkx_quants, make_qx_quants, Qkx};
+use crate::search::{make_qkx_quants, make_qx_quants, Grid, Qkx};
 use crate::types::GgmlType;
 
 /// Weights per legacy block.
@@ -266,8 +266,7 @@ impl BlockQ4_1 {
     ) -> Result<Self, FieldOverflow> {
         let weight = importance_weights(x, qw, sigma2);
         let mut l = [0u8; QK];
-        let (d, the_min) =
-            make_qkx_quants(Qkx::Three, 15, x, &weight, &mut l, -0.9, 0.05, 36, false);
+        let (d, the_min) = make_qkx_quants(Qkx::Three, 15, x, &weight, &mut l, Grid::QKX3);
         Ok(Self {
             d: scale_to_fp16(d, "d")?,
             m: scale_to_fp16(-the_min, "m")?,
@@ -459,8 +458,7 @@ impl BlockQ5_1 {
     ) -> Result<Self, FieldOverflow> {
         let weight = importance_weights(x, qw, sigma2);
         let mut l = [0u8; QK];
-        let (d, the_min) =
-            make_qkx_quants(Qkx::Three, 31, x, &weight, &mut l, -0.9, 0.05, 36, false);
+        let (d, the_min) = make_qkx_quants(Qkx::Three, 31, x, &weight, &mut l, Grid::QKX3);
         let d = scale_to_fp16(d, "d")?;
         let m = scale_to_fp16(-the_min, "m")?;
         let (qs, qh) = pack_5bit(&l);

@@ -7,7 +7,7 @@
 //! to float conversions and the same wrap of `int` into `uint8_t` / `int8_t`
 //! arrays), because the bytes of the quantized blocks depend on every
 //! rounding. Inputs are fixed-size arrays so no index can be out of bounds.
-#![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+#![allow(clippy::needless_range_loop)]
 
 /// ggml's `GROUP_MAX_EPS`: below this absolute max a group counts as all zero.
 pub(crate) const GROUP_MAX_EPS: f32 = 1e-15;
@@ -166,6 +166,28 @@ pub(crate) enum Qkx {
     Three,
 }
 
+/// The scale grid of [`make_qkx_quants`]: `nstep + 1` candidate inverse
+/// scales `(nmax + rmin + rdelta * i) / (max - min)`; `use_mad`: judge by
+/// weighted absolute (not squared) error.
+#[derive(Clone, Copy)]
+pub(crate) struct Grid {
+    pub rmin: f32,
+    pub rdelta: f32,
+    pub nstep: i32,
+    pub use_mad: bool,
+}
+
+impl Grid {
+    /// The grid of ggml's `make_qkx3_quants` callers (rmin -0.9, rdelta
+    /// 0.05, 36 steps, squared error).
+    pub(crate) const QKX3: Grid = Grid {
+        rmin: -0.9,
+        rdelta: 0.05,
+        nstep: 36,
+        use_mad: false,
+    };
+}
+
 /// ggml's `make_qkx2_quants` / `make_qkx3_quants` with explicit weights:
 /// asymmetric quants `0..=nmax` with a min clamped to `<= 0`. Writes `L`
 /// and returns `(scale, the_min)` where `the_min = -min >= 0`.
@@ -175,11 +197,14 @@ pub(crate) fn make_qkx_quants<const N: usize>(
     x: &[f32; N],
     weights: &[f32; N],
     out_l: &mut [u8; N],
-    rmin: f32,
-    rdelta: f32,
-    nstep: i32,
-    use_mad: bool,
+    grid: Grid,
 ) -> (f32, f32) {
+    let Grid {
+        rmin,
+        rdelta,
+        nstep,
+        use_mad,
+    } = grid;
     let mut min = x[0];
     let mut max = x[0];
     let mut sum_w = weights[0];
