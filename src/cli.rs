@@ -66,6 +66,11 @@ pub struct QdqArgs {
     /// from a GGUF), safetensors, or gguf.
     #[arg(long, value_enum, default_value = "both")]
     pub format: QdqFormat,
+    /// The model the bundle was made from (file or folder), for tensors
+    /// that stay in it (keep mode: norms, types without sidecars). Its
+    /// files must have the sha256 the bundle's manifest records.
+    #[arg(long, value_name = "MODEL")]
+    pub source: Option<PathBuf>,
     /// Replace the files of a previous export in OUTPUT (only those its
     /// manifest lists).
     #[arg(long)]

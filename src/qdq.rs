@@ -23,6 +23,7 @@ use model_export::safetensors::SafetensorsWriter;
 use model_export::TensorSpec;
 use model_sources::gguf::Value as GgufValue;
 use model_sources::hf::{hf_tensor, unpermuted_source_row, HfTensor, Undo};
+use model_sources::Catalogue;
 use rayon::prelude::*;
 
 use crate::cli::{QdqArgs, QdqFormat};
@@ -194,6 +195,7 @@ fn meta_str<'a>(meta: &'a [(String, GgufValue)], key: &str) -> Option<&'a str> {
 fn exports<'m>(
     m: &'m Manifest,
     meta: &[(String, GgufValue)],
+    have_source: bool,
     quiet: bool,
 ) -> Result<Vec<Export<'m>>> {
     let gguf = m.source.kind == "gguf";
@@ -205,23 +207,25 @@ fn exports<'m>(
         .unwrap_or_default();
     let mut v = Vec::new();
     for e in &m.tensors {
-        let Some(file) = &e.file else {
-            let why = if e.layout == "skipped" {
-                "the bundle does not hold it"
-            } else {
-                return Err(bad_input(format!(
-                    "tensor '{}' stays in the source file {} (layout {}): qdq exports what a bundle holds; convert without keeping source tensors",
-                    e.tensor,
-                    e.source_file.as_deref().unwrap_or("?"),
-                    e.layout
-                )));
-            };
+        let in_source = e.file.is_none() && e.layout == "source";
+        if in_source && !have_source {
+            return Err(bad_input(format!(
+                "tensor '{}' stays in the source file {} (layout source): give the model with --source",
+                e.tensor,
+                e.source_file.as_deref().unwrap_or("?"),
+            )));
+        }
+        if e.file.is_none() && !in_source {
             if !quiet {
-                eprintln!("  not exported: tensor '{}': {why}", e.tensor);
+                eprintln!(
+                    "  not exported: tensor '{}': the bundle does not hold it",
+                    e.tensor
+                );
             }
             continue;
-        };
-        if !outdir::is_plain_name(file) {
+        }
+        let file = e.file.as_deref().unwrap_or_default();
+        if !in_source && !outdir::is_plain_name(file) {
             return Err(bad_input(format!(
                 "tensor '{}': manifest names a path outside the bundle: {file:?}",
                 e.tensor
@@ -272,7 +276,14 @@ fn exports<'m>(
 
 /// The stored values of one tensor file, `rows x k` (`k` the last
 /// dimension of the manifest shape).
-fn stored_values(dir: &Path, e: &Entry) -> Result<(Vec<f32>, u64, usize)> {
+fn stored_values(
+    dir: &Path,
+    e: &Entry,
+    source: Option<&Catalogue>,
+) -> Result<(Vec<f32>, u64, usize)> {
+    if let (None, Some(cat)) = (&e.file, source) {
+        return source_values(cat, e);
+    }
     let file = e.file.as_deref().unwrap_or_default();
     let path = dir.join(file);
     let at = || format!("tensor '{}' ({})", e.tensor, path.display());
@@ -311,6 +322,57 @@ fn stored_values(dir: &Path, e: &Entry) -> Result<(Vec<f32>, u64, usize)> {
     )))
 }
 
+/// The source model of `m`, each of its files checked against the
+/// manifest's sha256.
+fn open_source(path: &Path, m: &Manifest) -> Result<Catalogue> {
+    let cat = Catalogue::open(path)?;
+    for f in &cat.files {
+        let name = match cat.kind {
+            model_sources::SourceKind::HfFolder => f
+                .path()
+                .strip_prefix(&cat.root)
+                .unwrap_or(f.path())
+                .to_string_lossy()
+                .into_owned(),
+            _ => f
+                .path()
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        };
+        let want = m.source.files.iter().find(|s| s.name == name);
+        let ok = want.is_some_and(|w| w.bytes == f.len() && w.sha256 == outdir::sha256(f.bytes()));
+        if !ok {
+            return Err(bad_input(format!(
+                "--source {}: {name} is not the file the bundle was made from (its size or sha256 differs from the bundle's manifest)",
+                path.display()
+            )));
+        }
+    }
+    Ok(cat)
+}
+
+/// A tensor that stays in the source, as f32 (`rows x k`).
+fn source_values(cat: &Catalogue, e: &Entry) -> Result<(Vec<f32>, u64, usize)> {
+    let t = cat
+        .get(&e.tensor)
+        .ok_or_else(|| bad_input(format!("--source: the model has no tensor '{}'", e.tensor)))?;
+    let mut v = Vec::with_capacity(t.shape.iter().product::<u64>() as usize);
+    crate::materialize::values(
+        cat,
+        t,
+        ggml_quants::TorchDtype::Float32,
+        crate::materialize::Transform::NONE,
+        |chunk| {
+            v.extend_from_slice(chunk);
+            Ok(())
+        },
+    )?;
+    let k = *e.shape.last().unwrap_or(&1);
+    let rows = (v.len() as u64).checked_div(k).unwrap_or(0);
+    Ok((v, rows, k as usize))
+}
+
 /// `convert qdq`.
 pub fn run(args: &QdqArgs) -> Result<()> {
     crate::signals::install()?;
@@ -334,7 +396,11 @@ pub fn run(args: &QdqArgs) -> Result<()> {
     } else {
         Vec::new()
     };
-    let ex = exports(&m, &meta, args.quiet)?;
+    let source = match &args.source {
+        Some(p) => Some(open_source(p, &m)?),
+        None => None,
+    };
+    let ex = exports(&m, &meta, source.is_some(), args.quiet)?;
     let copies: Vec<&ExtraFile> = if want_st {
         m.extra_files
             .iter()
@@ -359,9 +425,13 @@ pub fn run(args: &QdqArgs) -> Result<()> {
     planned.push(outdir::MANIFEST.into());
     let mut inputs: Vec<PathBuf> = m.file_names().map(|n| bundle.join(n)).collect();
     inputs.push(bundle.clone());
+    if let Some(cat) = &source {
+        inputs.extend(cat.files.iter().map(|f| f.path().to_path_buf()));
+    }
     let dir = OutputDir::prepare(&args.output, &inputs, args.force, &planned)?;
     let job = ExportJob {
         args,
+        source: source.as_ref(),
         manifest: &m,
         meta: &meta,
         exports: &ex,
@@ -392,6 +462,7 @@ pub fn run(args: &QdqArgs) -> Result<()> {
 /// Everything one export writes from.
 struct ExportJob<'a> {
     args: &'a QdqArgs,
+    source: Option<&'a Catalogue>,
     manifest: &'a Manifest,
     meta: &'a [(String, GgufValue)],
     exports: &'a [Export<'a>],
@@ -404,6 +475,7 @@ impl ExportJob<'_> {
     fn write_all(&self, dir: &OutputDir) -> Result<Manifest> {
         let ExportJob {
             args,
+            source,
             manifest: m,
             meta,
             exports: ex,
@@ -469,7 +541,7 @@ impl ExportJob<'_> {
             let done: Vec<Result<Exported>> = chunk
                 .par_iter()
                 .map(|x| {
-                    let (stored, rows, k) = stored_values(bundle, x.entry)?;
+                    let (stored, rows, k) = stored_values(bundle, x.entry, source)?;
                     let hf = want_st.then(|| x.to_hf(&stored, rows, k)).transpose()?;
                     let gv = want_gguf.then(|| x.to_gguf(&stored, rows, k)).transpose()?;
                     Ok((hf, gv))

@@ -335,3 +335,35 @@ fn bad_requests_exit_2_and_leave_nothing() {
     assert!(qdq(&hb, &out, &["--force"]).status.success());
     assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"mine");
 }
+
+#[test]
+fn keep_bundles_export_with_their_source() {
+    // Keep mode leaves norms (and types without sidecars) in the source:
+    // --source supplies them, checked against the manifest's sha256.
+    let tmp = tempfile::tempdir().unwrap();
+    let src_path = fixture("models/tiny-llama-Q4_K_M.gguf");
+    let b = bundle(tmp.path(), "models/tiny-llama-Q4_K_M.gguf", "b", &[]);
+    let out = tmp.path().join("q");
+    let o = qdq(&b, &out, &["--format", "gguf"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--source"), "{}", stderr(&o));
+    let wrong = fixture("models/tiny-llama-Q6_K.gguf");
+    let o = qdq(&b, &out, &["--format", "gguf", "--source", wrong.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("sha256"), "{}", stderr(&o));
+    let o = qdq(&b, &out, &["--format", "gguf", "--source", src_path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Every tensor: ggml's dequantization of the source tensor (sidecars
+    // hold the same blocks, interleaved), bit for bit.
+    let src = GgufFile::open(&src_path).unwrap();
+    let got = GgufFile::open(&out.join("model.gguf")).unwrap();
+    assert_eq!(got.tensors().len(), src.tensors().len());
+    for (t, s) in got.tensors().iter().zip(src.tensors()) {
+        assert_eq!((&t.name, &t.dims), (&s.name, &s.dims));
+        let k = s.dims[0] as usize;
+        let n: usize = s.dims.iter().product::<u64>() as usize;
+        let mut want = vec![0f32; n];
+        ggml_quants::dequantize_rows(s.ggml_type, src.tensor_data(s), k, &mut want).unwrap();
+        assert_eq!(bits(&f32s(got.tensor_data(t))), bits(&want), "{}", t.name);
+    }
+}
