@@ -348,10 +348,18 @@ fn keep_bundles_export_with_their_source() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--source"), "{}", stderr(&o));
     let wrong = fixture("models/tiny-llama-Q6_K.gguf");
-    let o = qdq(&b, &out, &["--format", "gguf", "--source", wrong.to_str().unwrap()]);
+    let o = qdq(
+        &b,
+        &out,
+        &["--format", "gguf", "--source", wrong.to_str().unwrap()],
+    );
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("sha256"), "{}", stderr(&o));
-    let o = qdq(&b, &out, &["--format", "gguf", "--source", src_path.to_str().unwrap()]);
+    let o = qdq(
+        &b,
+        &out,
+        &["--format", "gguf", "--source", src_path.to_str().unwrap()],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     // Every tensor: ggml's dequantization of the source tensor (sidecars
     // hold the same blocks, interleaved), bit for bit.
