@@ -62,36 +62,29 @@ pub fn hf_config_from_gguf(cat: &Catalogue) -> Value {
             _ => None,
         });
     put("vocab_size", vocab);
-    put("hidden_size", meta_num(cat, &k("embedding_length")));
-    put("num_hidden_layers", meta_num(cat, &k("block_count")));
-    put(
-        "num_attention_heads",
-        meta_num(cat, &k("attention.head_count")),
-    );
-    put(
-        "num_key_value_heads",
-        meta_num(cat, &k("attention.head_count_kv")),
-    );
-    put(
-        "intermediate_size",
-        meta_num(cat, &k("feed_forward_length")),
-    );
-    put(
-        "max_position_embeddings",
-        meta_num(cat, &k("context_length")),
-    );
-    put("rope_theta", meta_num(cat, &k("rope.freq_base")));
-    put("head_dim", meta_num(cat, &k("attention.key_length")));
-    put(
-        "rms_norm_eps",
-        meta_num(cat, &k("attention.layer_norm_rms_epsilon")),
-    );
-    put("bos_token_id", meta_num(cat, "tokenizer.ggml.bos_token_id"));
-    put("eos_token_id", meta_num(cat, "tokenizer.ggml.eos_token_id"));
-    put(
-        "pad_token_id",
-        meta_num(cat, "tokenizer.ggml.padding_token_id"),
-    );
+    // HF key <- GGUF key (`{arch}.` prefixed unless it starts with
+    // `tokenizer.`).
+    for (hf, gguf) in [
+        ("hidden_size", "embedding_length"),
+        ("num_hidden_layers", "block_count"),
+        ("num_attention_heads", "attention.head_count"),
+        ("num_key_value_heads", "attention.head_count_kv"),
+        ("intermediate_size", "feed_forward_length"),
+        ("max_position_embeddings", "context_length"),
+        ("rope_theta", "rope.freq_base"),
+        ("head_dim", "attention.key_length"),
+        ("rms_norm_eps", "attention.layer_norm_rms_epsilon"),
+        ("bos_token_id", "tokenizer.ggml.bos_token_id"),
+        ("eos_token_id", "tokenizer.ggml.eos_token_id"),
+        ("pad_token_id", "tokenizer.ggml.padding_token_id"),
+    ] {
+        let key = if gguf.starts_with("tokenizer.") {
+            gguf.to_string()
+        } else {
+            k(gguf)
+        };
+        put(hf, meta_num(cat, &key));
+    }
     put("tie_word_embeddings", Some(json!(cat.tied_embeddings)));
     if a == "gemma3" {
         put(

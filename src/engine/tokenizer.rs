@@ -26,8 +26,9 @@ use crate::failure::bad_input;
 /// The largest tokenizer file read (Gemma 3's `tokenizer.json` is 33 MB).
 const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
 
-/// Tokens the engine converter counts as tool-calling tokens (exact
-/// matches among `tokenizer_config.json`'s added tokens).
+/// Tokens the engine converter counts as tool-calling tokens, with
+/// [`FUNCTION_TOKENS`] (exact matches among `tokenizer_config.json`'s added
+/// tokens).
 const TOOL_TOKENS: &[&str] = &[
     "<tool_call>",
     "</tool_call>",
@@ -37,6 +38,10 @@ const TOOL_TOKENS: &[&str] = &[
     "</tools>",
     "<think>",
     "</think>",
+];
+
+/// Function-calling tokens: tool tokens, and special in Gemma vocabularies.
+const FUNCTION_TOKENS: &[&str] = &[
     "<start_function_declaration>",
     "<end_function_declaration>",
     "<start_function_call>",
@@ -46,21 +51,20 @@ const TOOL_TOKENS: &[&str] = &[
     "<escape>",
 ];
 
-/// Gemma's turn and function-calling tokens, listed as special when the
-/// vocabulary has them.
+/// Gemma's turn tokens, listed as special (then [`FUNCTION_TOKENS`]) when
+/// the vocabulary has them.
 const GEMMA_TOKENS: &[&str] = &[
     "<start_of_turn>",
     "<end_of_turn>",
     "<start_of_image>",
     "<end_of_image>",
-    "<start_function_declaration>",
-    "<end_function_declaration>",
-    "<start_function_call>",
-    "<end_function_call>",
-    "<start_function_response>",
-    "<end_function_response>",
-    "<escape>",
 ];
+
+/// A tool token of the engine's list ([`TOOL_TOKENS`] then
+/// [`FUNCTION_TOKENS`]).
+fn is_tool_token(t: &str) -> bool {
+    TOOL_TOKENS.contains(&t) || FUNCTION_TOKENS.contains(&t)
+}
 
 /// Which of the engine converter's writers makes the files.
 #[derive(Debug, Clone, PartialEq)]
@@ -610,7 +614,7 @@ pub fn from_hf(cat: &Catalogue, family: &str) -> Result<Option<Vocab>> {
         .map(|n| n.to_string_lossy().to_lowercase())
         .unwrap_or_default();
     if family.contains("gemma") || folder.contains("gemma") {
-        for tok in GEMMA_TOKENS {
+        for tok in GEMMA_TOKENS.iter().chain(FUNCTION_TOKENS) {
             if let Some(id) = to_id(&v, tok) {
                 v.put_special(id, tok);
             }
@@ -625,7 +629,7 @@ pub fn from_hf(cat: &Catalogue, family: &str) -> Result<Option<Vocab>> {
             ) else {
                 continue;
             };
-            if TOOL_TOKENS.contains(&content) {
+            if is_tool_token(content) {
                 if !tools.contains(&id) {
                     tools.push(id);
                 }
@@ -1019,7 +1023,7 @@ pub fn from_gguf(cat: &Catalogue) -> Result<Option<Vocab>> {
         if is_special_type(types[id]) {
             v.put_special(id as u64, tok);
             v.push_additional(tok, id as u64);
-            if TOOL_TOKENS.contains(&tok.as_str()) {
+            if is_tool_token(tok) {
                 v.tool_tokens += 1;
             }
         }

@@ -57,15 +57,7 @@ fn sigma2(x: &[f32]) -> f32 {
 /// all-zero block.
 fn search_scale(xb: &[f32; 32], weight: &[f32; 32]) -> f32 {
     let values = &KVALUES_IQ4NL;
-    let mut amax = 0.0f32;
-    let mut max = 0.0f32;
-    for &v in xb {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
+    let (max, amax) = crate::search::signed_absmax(xb);
     if amax < GROUP_MAX_EPS {
         return 0.0;
     }

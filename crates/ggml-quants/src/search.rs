@@ -22,6 +22,20 @@ pub(crate) fn nearest_int(fval: f32) -> i32 {
     (i & 0x007f_ffff) - 0x0040_0000
 }
 
+/// The first value of `x` with the largest magnitude, and that magnitude
+/// (`(0, 0)` when every value is 0): ggml's `max` / `amax` scan.
+pub(crate) fn signed_absmax(x: &[f32]) -> (f32, f32) {
+    let (mut max, mut amax) = (0.0f32, 0.0f32);
+    for &v in x {
+        let ax = v.abs();
+        if ax > amax {
+            amax = ax;
+            max = v;
+        }
+    }
+    (max, amax)
+}
+
 /// ggml's `make_qx_quants` with `rmse_type == 1` (the only form ggml's
 /// quantizers call): symmetric quants in `-nmax..nmax`, written to `out_l`
 /// biased by `nmax`; returns the least-squares scale. The weight of value
@@ -36,15 +50,7 @@ pub(crate) fn make_qx_quants<const N: usize>(
         Some(q) => q[i],
         None => x[i] * x[i],
     };
-    let mut max = 0.0f32;
-    let mut amax = 0.0f32;
-    for &v in x {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
+    let (max, amax) = signed_absmax(x);
     if amax < GROUP_MAX_EPS {
         *out_l = [0; N];
         return 0.0;
@@ -94,15 +100,7 @@ pub(crate) fn make_qx_quants<const N: usize>(
 /// quantizer): weights `x^2`, up to 5 passes of per-value re-rounding.
 /// Writes quants biased by `nmax` (0..2*nmax) and returns the scale.
 pub(crate) fn make_q3_quants<const N: usize>(nmax: i32, x: &[f32; N], out_l: &mut [i8; N]) -> f32 {
-    let mut max = 0.0f32;
-    let mut amax = 0.0f32;
-    for &v in x {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
+    let (max, amax) = signed_absmax(x);
     if amax < GROUP_MAX_EPS {
         *out_l = [0; N];
         return 0.0;
