@@ -1,12 +1,7 @@
 //! libFuzzer target: see `fuzz/targets.rs` (safetensors).
 #![no_main]
 
-#[path = "../alloc_limit.rs"]
-mod alloc_limit;
-#[path = "../targets.rs"]
-mod targets;
+#[path = "../harness.rs"]
+mod harness;
 
-#[global_allocator]
-static ALLOC: alloc_limit::Limited = alloc_limit::Limited;
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::safetensors(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::targets::safetensors(data));
