@@ -98,9 +98,29 @@ impl<'a> ByteReader<'a> {
         self.rest = tail;
         out
     }
+}
 
-    pub(crate) fn take_i8<const N: usize>(&mut self) -> [i8; N] {
-        self.take::<N>().map(|b| b as i8)
+/// A fixed-size block field: read from and written to bytes in order.
+pub(crate) trait Field: Sized {
+    fn read(r: &mut ByteReader<'_>) -> Self;
+    fn write(&self, w: &mut ByteWriter<'_>);
+}
+
+impl<const N: usize> Field for [u8; N] {
+    fn read(r: &mut ByteReader<'_>) -> Self {
+        r.take()
+    }
+    fn write(&self, w: &mut ByteWriter<'_>) {
+        w.put(self);
+    }
+}
+
+impl<const N: usize> Field for [i8; N] {
+    fn read(r: &mut ByteReader<'_>) -> Self {
+        r.take::<N>().map(|b| b as i8)
+    }
+    fn write(&self, w: &mut ByteWriter<'_>) {
+        w.put(&self.map(|b| b as u8));
     }
 }
 
@@ -122,18 +142,14 @@ impl<'a> ByteWriter<'a> {
         head.copy_from_slice(&src[..n]);
         self.rest = tail;
     }
-
-    pub(crate) fn put_i8(&mut self, src: &[i8]) {
-        for &b in src {
-            self.put(&[b as u8]);
-        }
-    }
 }
 
 /// Implements [`BlockFormat`] for a marker type from the block struct's
-/// inherent `from_bytes` / `to_bytes` / `dequantize` / `quantize`.
+/// inherent `dequantize` / `quantize`; the block's bytes are its fields in
+/// the order listed (ggml's struct order, no padding: the size assert below
+/// fails to compile if a field is left out or the size is wrong).
 macro_rules! impl_block_format {
-    ($marker:ident, $block:ident, $ty:expr, $qk:expr, $bytes:expr) => {
+    ($marker:ident, $block:ident, $ty:expr, $qk:expr, $bytes:expr; $($field:ident),+) => {
         const _: () = assert!(::std::mem::size_of::<$block>() == $bytes);
         const _: () = assert!(::std::mem::align_of::<$block>() == 1);
 
@@ -147,7 +163,10 @@ macro_rules! impl_block_format {
                 let arr: &[u8; $bytes] = bytes.try_into().map_err(|_| {
                     $crate::block::block_len_error($ty, "block bytes", $bytes, bytes.len())
                 })?;
-                Ok($block::from_bytes(arr))
+                let mut r = $crate::block::ByteReader::new(arr);
+                Ok($block {
+                    $($field: $crate::block::Field::read(&mut r),)+
+                })
             }
 
             fn write(block: &$block, out: &mut [u8]) -> Result<(), $crate::error::QuantError> {
@@ -155,7 +174,8 @@ macro_rules! impl_block_format {
                 let arr: &mut [u8; $bytes] = out
                     .try_into()
                     .map_err(|_| $crate::block::block_len_error($ty, "block bytes", $bytes, len))?;
-                *arr = block.to_bytes();
+                let mut w = $crate::block::ByteWriter::new(arr);
+                $($crate::block::Field::write(&block.$field, &mut w);)+
                 Ok(())
             }
 

@@ -12,7 +12,7 @@
 //! IQ4_XS, `quantize_row_iq4_xs_ref` is the same code.
 #![allow(clippy::needless_range_loop)]
 
-use crate::block::{impl_block_format, impl_weighted_block_format, ByteReader, ByteWriter};
+use crate::block::{impl_block_format, impl_weighted_block_format};
 use crate::float::{fp16_to_f32, scale_to_fp16, FieldOverflow};
 use crate::k_quants::QK_K;
 use crate::search::{best_index_int8, nearest_int, GROUP_MAX_EPS};
@@ -123,22 +123,6 @@ pub struct BlockIq4Nl {
 }
 
 impl BlockIq4Nl {
-    fn from_bytes(b: &[u8; 18]) -> Self {
-        let mut r = ByteReader::new(b);
-        Self {
-            d: r.take(),
-            qs: r.take(),
-        }
-    }
-
-    fn to_bytes(self) -> [u8; 18] {
-        let mut out = [0u8; 18];
-        let mut w = ByteWriter::new(&mut out);
-        w.put(&self.d);
-        w.put(&self.qs);
-        out
-    }
-
     fn dequantize(&self, y: &mut [f32; QK4_NL]) {
         let d = fp16_to_f32(self.d);
         for j in 0..QK4_NL / 2 {
@@ -177,7 +161,7 @@ impl BlockIq4Nl {
 /// Marker for the IQ4_NL format.
 #[derive(Debug, Clone, Copy)]
 pub struct Iq4Nl;
-impl_block_format!(Iq4Nl, BlockIq4Nl, GgmlType::IQ4_NL, QK4_NL, 18);
+impl_block_format!(Iq4Nl, BlockIq4Nl, GgmlType::IQ4_NL, QK4_NL, 18; d, qs);
 impl_weighted_block_format!(Iq4Nl, BlockIq4Nl, GgmlType::IQ4_NL, QK4_NL);
 
 // ---------------------------------------------------------------- IQ4_XS
@@ -199,26 +183,6 @@ pub struct BlockIq4Xs {
 }
 
 impl BlockIq4Xs {
-    fn from_bytes(b: &[u8; 136]) -> Self {
-        let mut r = ByteReader::new(b);
-        Self {
-            d: r.take(),
-            scales_h: r.take(),
-            scales_l: r.take(),
-            qs: r.take(),
-        }
-    }
-
-    fn to_bytes(self) -> [u8; 136] {
-        let mut out = [0u8; 136];
-        let mut w = ByteWriter::new(&mut out);
-        w.put(&self.d);
-        w.put(&self.scales_h);
-        w.put(&self.scales_l);
-        w.put(&self.qs);
-        out
-    }
-
     /// The 6-bit scale (0..=63, offset 32) of sub-block `ib` (0..8; larger
     /// values wrap modulo 8).
     pub fn scale(&self, ib: usize) -> u8 {
@@ -308,5 +272,5 @@ impl BlockIq4Xs {
 /// Marker for the IQ4_XS format.
 #[derive(Debug, Clone, Copy)]
 pub struct Iq4Xs;
-impl_block_format!(Iq4Xs, BlockIq4Xs, GgmlType::IQ4_XS, QK_K, 136);
+impl_block_format!(Iq4Xs, BlockIq4Xs, GgmlType::IQ4_XS, QK_K, 136; d, scales_h, scales_l, qs);
 impl_weighted_block_format!(Iq4Xs, BlockIq4Xs, GgmlType::IQ4_XS, QK_K);

@@ -7,7 +7,7 @@
 //! operation in f32 so the bytes match ggml's.
 #![allow(clippy::needless_range_loop)]
 
-use crate::block::{impl_block_format, impl_weighted_block_format, ByteReader, ByteWriter};
+use crate::block::{impl_block_format, impl_weighted_block_format};
 use crate::float::{fp16_to_f32, scale_to_fp16, FieldOverflow};
 use crate::search::{
     make_q3_quants, make_qkx_quants, make_qp_quants, make_qx_quants, nearest_int, Grid, Qkx,
@@ -246,26 +246,6 @@ pub struct BlockQ4K {
 }
 
 impl BlockQ4K {
-    fn from_bytes(b: &[u8; 144]) -> Self {
-        let mut r = ByteReader::new(b);
-        Self {
-            d: r.take(),
-            dmin: r.take(),
-            scales: r.take(),
-            qs: r.take(),
-        }
-    }
-
-    fn to_bytes(self) -> [u8; 144] {
-        let mut out = [0u8; 144];
-        let mut w = ByteWriter::new(&mut out);
-        w.put(&self.d);
-        w.put(&self.dmin);
-        w.put(&self.scales);
-        w.put(&self.qs);
-        out
-    }
-
     fn dequantize(&self, y: &mut [f32; QK_K]) {
         let d = fp16_to_f32(self.d);
         let min = fp16_to_f32(self.dmin);
@@ -323,7 +303,7 @@ impl BlockQ4K {
 /// Marker for the Q4_K format.
 #[derive(Debug, Clone, Copy)]
 pub struct Q4K;
-impl_block_format!(Q4K, BlockQ4K, GgmlType::Q4_K, QK_K, 144);
+impl_block_format!(Q4K, BlockQ4K, GgmlType::Q4_K, QK_K, 144; d, dmin, scales, qs);
 impl_weighted_block_format!(Q4K, BlockQ4K, GgmlType::Q4_K, QK_K);
 
 // ---------------------------------------------------------------- Q5_K
@@ -345,28 +325,6 @@ pub struct BlockQ5K {
 }
 
 impl BlockQ5K {
-    fn from_bytes(b: &[u8; 176]) -> Self {
-        let mut r = ByteReader::new(b);
-        Self {
-            d: r.take(),
-            dmin: r.take(),
-            scales: r.take(),
-            qh: r.take(),
-            qs: r.take(),
-        }
-    }
-
-    fn to_bytes(self) -> [u8; 176] {
-        let mut out = [0u8; 176];
-        let mut w = ByteWriter::new(&mut out);
-        w.put(&self.d);
-        w.put(&self.dmin);
-        w.put(&self.scales);
-        w.put(&self.qh);
-        w.put(&self.qs);
-        out
-    }
-
     fn dequantize(&self, y: &mut [f32; QK_K]) {
         let d = fp16_to_f32(self.d);
         let min = fp16_to_f32(self.dmin);
@@ -446,7 +404,7 @@ impl BlockQ5K {
 /// Marker for the Q5_K format.
 #[derive(Debug, Clone, Copy)]
 pub struct Q5K;
-impl_block_format!(Q5K, BlockQ5K, GgmlType::Q5_K, QK_K, 176);
+impl_block_format!(Q5K, BlockQ5K, GgmlType::Q5_K, QK_K, 176; d, dmin, scales, qh, qs);
 impl_weighted_block_format!(Q5K, BlockQ5K, GgmlType::Q5_K, QK_K);
 
 // ---------------------------------------------------------------- Q6_K
@@ -467,26 +425,6 @@ pub struct BlockQ6K {
 }
 
 impl BlockQ6K {
-    fn from_bytes(b: &[u8; 210]) -> Self {
-        let mut r = ByteReader::new(b);
-        Self {
-            ql: r.take(),
-            qh: r.take(),
-            scales: r.take_i8(),
-            d: r.take(),
-        }
-    }
-
-    fn to_bytes(self) -> [u8; 210] {
-        let mut out = [0u8; 210];
-        let mut w = ByteWriter::new(&mut out);
-        w.put(&self.ql);
-        w.put(&self.qh);
-        w.put_i8(&self.scales);
-        w.put(&self.d);
-        out
-    }
-
     fn dequantize(&self, y: &mut [f32; QK_K]) {
         let d = fp16_to_f32(self.d);
         for (half, ys) in y.chunks_exact_mut(128).enumerate() {
@@ -596,7 +534,7 @@ impl BlockQ6K {
 /// Marker for the Q6_K format.
 #[derive(Debug, Clone, Copy)]
 pub struct Q6K;
-impl_block_format!(Q6K, BlockQ6K, GgmlType::Q6_K, QK_K, 210);
+impl_block_format!(Q6K, BlockQ6K, GgmlType::Q6_K, QK_K, 210; ql, qh, scales, d);
 impl_weighted_block_format!(Q6K, BlockQ6K, GgmlType::Q6_K, QK_K);
 
 // ---------------------------------------------------------------- Q2_K
@@ -630,26 +568,6 @@ fn pack_2bit(l: &[u8; QK_K]) -> [u8; QK_K / 4] {
 }
 
 impl BlockQ2K {
-    fn from_bytes(b: &[u8; 84]) -> Self {
-        let mut r = ByteReader::new(b);
-        Self {
-            scales: r.take(),
-            qs: r.take(),
-            d: r.take(),
-            dmin: r.take(),
-        }
-    }
-
-    fn to_bytes(self) -> [u8; 84] {
-        let mut out = [0u8; 84];
-        let mut w = ByteWriter::new(&mut out);
-        w.put(&self.scales);
-        w.put(&self.qs);
-        w.put(&self.d);
-        w.put(&self.dmin);
-        out
-    }
-
     fn dequantize(&self, y: &mut [f32; QK_K]) {
         let d = fp16_to_f32(self.d);
         let min = fp16_to_f32(self.dmin);
@@ -811,7 +729,7 @@ impl BlockQ2K {
 /// Marker for the Q2_K format.
 #[derive(Debug, Clone, Copy)]
 pub struct Q2K;
-impl_block_format!(Q2K, BlockQ2K, GgmlType::Q2_K, QK_K, 84);
+impl_block_format!(Q2K, BlockQ2K, GgmlType::Q2_K, QK_K, 84; scales, qs, d, dmin);
 impl_weighted_block_format!(Q2K, BlockQ2K, GgmlType::Q2_K, QK_K);
 
 // ---------------------------------------------------------------- Q3_K
@@ -848,26 +766,6 @@ pub fn q3k_scale(j: usize, scales: &[u8; 12]) -> i8 {
 }
 
 impl BlockQ3K {
-    fn from_bytes(b: &[u8; 110]) -> Self {
-        let mut r = ByteReader::new(b);
-        Self {
-            hmask: r.take(),
-            qs: r.take(),
-            scales: r.take(),
-            d: r.take(),
-        }
-    }
-
-    fn to_bytes(self) -> [u8; 110] {
-        let mut out = [0u8; 110];
-        let mut w = ByteWriter::new(&mut out);
-        w.put(&self.hmask);
-        w.put(&self.qs);
-        w.put(&self.scales);
-        w.put(&self.d);
-        out
-    }
-
     fn dequantize(&self, y: &mut [f32; QK_K]) {
         let d_all = fp16_to_f32(self.d);
         let mut is = 0;
@@ -1018,5 +916,5 @@ impl BlockQ3K {
 /// Marker for the Q3_K format.
 #[derive(Debug, Clone, Copy)]
 pub struct Q3K;
-impl_block_format!(Q3K, BlockQ3K, GgmlType::Q3_K, QK_K, 110);
+impl_block_format!(Q3K, BlockQ3K, GgmlType::Q3_K, QK_K, 110; hmask, qs, scales, d);
 impl_weighted_block_format!(Q3K, BlockQ3K, GgmlType::Q3_K, QK_K);

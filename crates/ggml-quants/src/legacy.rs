@@ -5,7 +5,7 @@
 //! identical to ggml's reference code.
 #![allow(clippy::needless_range_loop)]
 
-use crate::block::{impl_block_format, impl_weighted_block_format, ByteReader, ByteWriter};
+use crate::block::{impl_block_format, impl_weighted_block_format};
 use crate::float::{fp16_to_f32, scale_to_fp16, FieldOverflow};
 use crate::search::{make_qkx_quants, make_qx_quants, Grid, Qkx};
 use crate::types::GgmlType;
@@ -123,22 +123,6 @@ pub struct BlockQ4_0 {
 }
 
 impl BlockQ4_0 {
-    fn from_bytes(b: &[u8; 18]) -> Self {
-        let mut r = ByteReader::new(b);
-        Self {
-            d: r.take(),
-            qs: r.take(),
-        }
-    }
-
-    fn to_bytes(self) -> [u8; 18] {
-        let mut out = [0u8; 18];
-        let mut w = ByteWriter::new(&mut out);
-        w.put(&self.d);
-        w.put(&self.qs);
-        out
-    }
-
     fn dequantize(&self, y: &mut [f32; QK]) {
         let d = fp16_to_f32(self.d);
         for j in 0..QK / 2 {
@@ -189,7 +173,7 @@ impl BlockQ4_0 {
 /// Marker for the Q4_0 format.
 #[derive(Debug, Clone, Copy)]
 pub struct Q4_0;
-impl_block_format!(Q4_0, BlockQ4_0, GgmlType::Q4_0, QK, 18);
+impl_block_format!(Q4_0, BlockQ4_0, GgmlType::Q4_0, QK, 18; d, qs);
 impl_weighted_block_format!(Q4_0, BlockQ4_0, GgmlType::Q4_0, QK);
 
 // ---------------------------------------------------------------- Q4_1
@@ -207,24 +191,6 @@ pub struct BlockQ4_1 {
 }
 
 impl BlockQ4_1 {
-    fn from_bytes(b: &[u8; 20]) -> Self {
-        let mut r = ByteReader::new(b);
-        Self {
-            d: r.take(),
-            m: r.take(),
-            qs: r.take(),
-        }
-    }
-
-    fn to_bytes(self) -> [u8; 20] {
-        let mut out = [0u8; 20];
-        let mut w = ByteWriter::new(&mut out);
-        w.put(&self.d);
-        w.put(&self.m);
-        w.put(&self.qs);
-        out
-    }
-
     fn dequantize(&self, y: &mut [f32; QK]) {
         let d = fp16_to_f32(self.d);
         let m = fp16_to_f32(self.m);
@@ -278,7 +244,7 @@ impl BlockQ4_1 {
 /// Marker for the Q4_1 format.
 #[derive(Debug, Clone, Copy)]
 pub struct Q4_1;
-impl_block_format!(Q4_1, BlockQ4_1, GgmlType::Q4_1, QK, 20);
+impl_block_format!(Q4_1, BlockQ4_1, GgmlType::Q4_1, QK, 20; d, m, qs);
 impl_weighted_block_format!(Q4_1, BlockQ4_1, GgmlType::Q4_1, QK);
 
 // ---------------------------------------------------------------- Q5_0
@@ -296,24 +262,6 @@ pub struct BlockQ5_0 {
 }
 
 impl BlockQ5_0 {
-    fn from_bytes(b: &[u8; 22]) -> Self {
-        let mut r = ByteReader::new(b);
-        Self {
-            d: r.take(),
-            qh: r.take(),
-            qs: r.take(),
-        }
-    }
-
-    fn to_bytes(self) -> [u8; 22] {
-        let mut out = [0u8; 22];
-        let mut w = ByteWriter::new(&mut out);
-        w.put(&self.d);
-        w.put(&self.qh);
-        w.put(&self.qs);
-        out
-    }
-
     fn dequantize(&self, y: &mut [f32; QK]) {
         let d = fp16_to_f32(self.d);
         let qh = u32::from_le_bytes(self.qh);
@@ -370,7 +318,7 @@ impl BlockQ5_0 {
 /// Marker for the Q5_0 format.
 #[derive(Debug, Clone, Copy)]
 pub struct Q5_0;
-impl_block_format!(Q5_0, BlockQ5_0, GgmlType::Q5_0, QK, 22);
+impl_block_format!(Q5_0, BlockQ5_0, GgmlType::Q5_0, QK, 22; d, qh, qs);
 impl_weighted_block_format!(Q5_0, BlockQ5_0, GgmlType::Q5_0, QK);
 
 // ---------------------------------------------------------------- Q5_1
@@ -390,26 +338,6 @@ pub struct BlockQ5_1 {
 }
 
 impl BlockQ5_1 {
-    fn from_bytes(b: &[u8; 24]) -> Self {
-        let mut r = ByteReader::new(b);
-        Self {
-            d: r.take(),
-            m: r.take(),
-            qh: r.take(),
-            qs: r.take(),
-        }
-    }
-
-    fn to_bytes(self) -> [u8; 24] {
-        let mut out = [0u8; 24];
-        let mut w = ByteWriter::new(&mut out);
-        w.put(&self.d);
-        w.put(&self.m);
-        w.put(&self.qh);
-        w.put(&self.qs);
-        out
-    }
-
     fn dequantize(&self, y: &mut [f32; QK]) {
         let d = fp16_to_f32(self.d);
         let m = fp16_to_f32(self.m);
@@ -469,7 +397,7 @@ impl BlockQ5_1 {
 /// Marker for the Q5_1 format.
 #[derive(Debug, Clone, Copy)]
 pub struct Q5_1;
-impl_block_format!(Q5_1, BlockQ5_1, GgmlType::Q5_1, QK, 24);
+impl_block_format!(Q5_1, BlockQ5_1, GgmlType::Q5_1, QK, 24; d, m, qh, qs);
 impl_weighted_block_format!(Q5_1, BlockQ5_1, GgmlType::Q5_1, QK);
 
 // ---------------------------------------------------------------- Q8_0
@@ -485,22 +413,6 @@ pub struct BlockQ8_0 {
 }
 
 impl BlockQ8_0 {
-    fn from_bytes(b: &[u8; 34]) -> Self {
-        let mut r = ByteReader::new(b);
-        Self {
-            d: r.take(),
-            qs: r.take_i8(),
-        }
-    }
-
-    fn to_bytes(self) -> [u8; 34] {
-        let mut out = [0u8; 34];
-        let mut w = ByteWriter::new(&mut out);
-        w.put(&self.d);
-        w.put_i8(&self.qs);
-        out
-    }
-
     fn dequantize(&self, y: &mut [f32; QK]) {
         let d = fp16_to_f32(self.d);
         for j in 0..QK {
@@ -530,4 +442,4 @@ impl BlockQ8_0 {
 /// Marker for the Q8_0 format.
 #[derive(Debug, Clone, Copy)]
 pub struct Q8_0;
-impl_block_format!(Q8_0, BlockQ8_0, GgmlType::Q8_0, QK, 34);
+impl_block_format!(Q8_0, BlockQ8_0, GgmlType::Q8_0, QK, 34; d, qs);
