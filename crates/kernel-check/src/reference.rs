@@ -275,11 +275,7 @@ fn panel(m: &PanelMatrix<'_>, x: &[f32]) -> Result<Reference, KernelError> {
     m.rotate(x, &mut z, Isa::Scalar)?;
     let (mut q, mut scale, mut qsum) = (vec![0i8; kp], vec![0f32; ng], vec![0i32; ng]);
     quantize_groups(&z, &mut q, &mut scale, &mut qsum)?;
-    let act = Cq4Act {
-        q: &q,
-        scale: &scale,
-        qsum: &qsum,
-    };
+    let act = Cq4Act::new(&q, &scale, &qsum);
     // Their fidelity: the f32 rotation against the f64 one, then the int8
     // quantization against the f32 rotation.
     let (z_exact, z_bound) = rotated_exact(view, x);

@@ -71,7 +71,9 @@ fn every_tier_within_the_exact_bound_and_a_wrong_block_is_caught() {
     }
     for (family, n, k) in [(Family::Hadamard, 130, 512), (Family::Orthogonal, 70, 256)] {
         let (blob, panels, kp) = cq4_tensor(family, n, k, 31);
-        let m = PanelMatrix::parse(family, n, kp, &blob, panels.as_slice()).unwrap();
+        let m = PanelMatrix::new(
+            kernels::PanelView::parse(family, n, kp, &blob, panels.as_slice()).unwrap(),
+        );
         let x = gaussian(77, kp);
         let r = reference(&kernels::Matrix::Panel(Box::new(m.clone())), &x).unwrap();
         assert!(
@@ -86,7 +88,7 @@ fn every_tier_within_the_exact_bound_and_a_wrong_block_is_caught() {
         // One nibble of channel 0 changed under the kernel only.
         let mut p2 = panels.as_slice().to_vec();
         p2[0] ^= 0x07;
-        let m2 = PanelMatrix::parse(family, n, kp, &blob, &p2).unwrap();
+        let m2 = PanelMatrix::new(kernels::PanelView::parse(family, n, kp, &blob, &p2).unwrap());
         let st = compare_exact(&run(&m2, &x, Isa::Scalar, false), &r);
         assert!(
             !st.pass() && st.worst_row == 0,
@@ -136,7 +138,9 @@ fn cq4_kernels_within_oracle_bounds() {
     ] {
         let (blob, panels, kp) = cq4_tensor(family, n, k, 21);
         let view = cq4::PanelTensorView::parse(family, n, kp, &blob, panels.as_slice()).unwrap();
-        let m = PanelMatrix::parse(family, n, kp, &blob, panels.as_slice()).unwrap();
+        let m = PanelMatrix::new(
+            kernels::PanelView::parse(family, n, kp, &blob, panels.as_slice()).unwrap(),
+        );
         let mut worst = 0f64;
         for seed in 0..4 {
             let x = gaussian(600 + seed, kp);
@@ -167,7 +171,9 @@ fn embedding_rows_match_qdq() {
         let (n, k) = (90, 256);
         let (blob, panels, kp) = cq4_tensor(family, n, k, 8);
         let view = cq4::PanelTensorView::parse(family, n, kp, &blob, panels.as_slice()).unwrap();
-        let m = PanelMatrix::parse(family, n, kp, &blob, panels.as_slice()).unwrap();
+        let m = PanelMatrix::new(
+            kernels::PanelView::parse(family, n, kp, &blob, panels.as_slice()).unwrap(),
+        );
         for row in [0, 45, 89] {
             let mut want = vec![0f32; kp];
             view.embedding_row(row, &mut want).unwrap();

@@ -267,9 +267,9 @@ fn bench_case(
         .map(|(blob, d)| -> Box<dyn Gemv> {
             match layout {
                 Layout::Ggml(f, l) => Box::new(GgmlMatrix::new(f, l, n, k, d.as_slice()).unwrap()),
-                Layout::Panel(fam) => {
-                    Box::new(PanelMatrix::parse(fam, n, k, blob, d.as_slice()).unwrap())
-                }
+                Layout::Panel(fam) => Box::new(PanelMatrix::new(
+                    kernels::PanelView::parse(fam, n, k, blob, d.as_slice()).unwrap(),
+                )),
             }
         })
         .collect();

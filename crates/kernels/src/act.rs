@@ -148,6 +148,13 @@ pub struct Cq4Act<'a> {
     pub qsum: &'a [i32],
 }
 
+impl<'a> Cq4Act<'a> {
+    /// The activations of `q` with per-group `scale` and `qsum`.
+    pub const fn new(q: &'a [i8], scale: &'a [f32], qsum: &'a [i32]) -> Self {
+        Cq4Act { q, scale, qsum }
+    }
+}
+
 /// Quantize rotated activations `z` per group of 128: `scale = max|z| / 127`
 /// (f32 division); `q = clamp(round_half_even(z / scale), -127, 127)`;
 /// a group with `scale == 0` gets `q = 0`.

@@ -7,7 +7,7 @@ use weights_file::{Precision, WeightsFile};
 
 use crate::dispatch::{split_rows, Exec};
 use crate::error::{check_len, KernelError};
-use crate::gemv::Gemv;
+use crate::gemv::{Dims, Gemv, GemvResult};
 use crate::workspace::Workspace;
 
 /// Element type of a plain matrix.
@@ -100,25 +100,11 @@ impl<'a> FloatMatrix<'a> {
 }
 
 impl Gemv for FloatMatrix<'_> {
-    fn rows(&self) -> usize {
-        self.n
-    }
-    fn cols(&self) -> usize {
-        self.k
-    }
-    fn weight_bytes(&self) -> usize {
-        self.data.len()
+    fn dims(&self) -> Dims {
+        Dims::new(self.n, self.k, self.data.len())
     }
     /// `exec.isa` is ignored (one scalar implementation).
-    fn gemv(
-        &self,
-        x: &[f32],
-        y: &mut [f32],
-        _ws: &mut Workspace,
-        exec: Exec,
-    ) -> Result<(), KernelError> {
-        check_len("x", self.k, x.len())?;
-        check_len("y", self.n, y.len())?;
+    fn gemv_sized(&self, x: &[f32], y: &mut [f32], _: &mut Workspace, exec: Exec) -> GemvResult {
         split_rows(y, 1, exec, |first, ys| {
             for (i, o) in ys.iter_mut().enumerate() {
                 *o = self.row_dot(first + i, x);

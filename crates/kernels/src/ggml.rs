@@ -17,7 +17,7 @@ use weights_file::{interleave, Precision, WeightsFile};
 use crate::dispatch::{kernels, split_rows, Exec, GroupFn};
 use crate::error::{check_len, KernelError};
 use crate::format::{ActBlock, GgmlFormat, Q4K, Q5K, Q5_0, Q6K, Q8_0};
-use crate::gemv::Gemv;
+use crate::gemv::{Dims, Gemv, GemvResult};
 pub use crate::operands::{RowGroup, GROUP_ROWS};
 use crate::workspace::Workspace;
 
@@ -265,27 +265,11 @@ impl<'a> GgmlMatrix<'a> {
 }
 
 impl Gemv for GgmlMatrix<'_> {
-    fn rows(&self) -> usize {
-        self.n
+    fn dims(&self) -> Dims {
+        Dims::new(self.n, self.k, self.data.len())
     }
 
-    fn cols(&self) -> usize {
-        self.k
-    }
-
-    fn weight_bytes(&self) -> usize {
-        self.data.len()
-    }
-
-    fn gemv(
-        &self,
-        x: &[f32],
-        y: &mut [f32],
-        ws: &mut Workspace,
-        exec: Exec,
-    ) -> Result<(), KernelError> {
-        check_len("x", self.k, x.len())?;
-        check_len("y", self.n, y.len())?;
+    fn gemv_sized(&self, x: &[f32], y: &mut [f32], ws: &mut Workspace, exec: Exec) -> GemvResult {
         match self.format {
             QuantFormat::Q8_0 => self.run::<Q8_0>(x, y, &mut ws.q8_0, exec),
             QuantFormat::Q5_0 => self.run::<Q5_0>(x, y, &mut ws.q8_0, exec),

@@ -53,7 +53,7 @@ pub mod x86;
 pub use dispatch::{available, best, Exec, Isa};
 pub use error::{check_len, KernelError};
 pub use float::{FloatMatrix, FloatType};
-pub use gemv::Gemv;
+pub use gemv::{Dims, Gemv, GemvResult};
 pub use ggml::{GgmlMatrix, QuantFormat, RowLayout};
 pub use matrix::Matrix;
 pub use panel::PanelMatrix;

@@ -27,7 +27,7 @@ use weights_file::{PanelView, WeightsFile};
 use crate::act::{quantize_groups, Cq4Act};
 use crate::dispatch::{kernels, split_rows, Exec};
 use crate::error::{check_len, KernelError};
-use crate::gemv::Gemv;
+use crate::gemv::{Dims, Gemv, GemvResult};
 pub use crate::operands::{
     CbLut, PanelBlock, FOLDED_GROUP_BYTES, GROUP, GROUP_BYTES, KG_BYTES, KG_PER_GROUP,
 };
@@ -101,20 +101,6 @@ impl<'a> PanelMatrix<'a> {
             rotation,
             view,
         }
-    }
-
-    /// Validate an `n x kp` tensor of `family` from its scales blob and data
-    /// region ([`PanelView::parse`]) and view it.
-    pub fn parse(
-        family: RotationFamily,
-        n: usize,
-        kp: usize,
-        scales: &'a [u8],
-        data: &'a [u8],
-    ) -> Result<Self, KernelError> {
-        PanelView::parse(family, n, kp, scales, data)
-            .map(Self::new)
-            .map_err(|e| KernelError::Panel(e.to_string()))
     }
 
     /// The matrix of a `.cq4p.weights` container.
@@ -244,28 +230,14 @@ impl<'a> PanelMatrix<'a> {
 }
 
 impl Gemv for PanelMatrix<'_> {
-    fn rows(&self) -> usize {
-        self.view.geometry().n()
+    fn dims(&self) -> Dims {
+        let g = self.view.geometry();
+        let bytes = self.view.panels().len() + self.view.folded_bytes().len();
+        Dims::new(g.n(), g.k(), bytes)
     }
 
-    fn cols(&self) -> usize {
-        self.view.geometry().k()
-    }
-
-    fn weight_bytes(&self) -> usize {
-        self.view.panels().len() + self.view.folded_bytes().len()
-    }
-
-    fn gemv(
-        &self,
-        x: &[f32],
-        y: &mut [f32],
-        ws: &mut Workspace,
-        exec: Exec,
-    ) -> Result<(), KernelError> {
-        let (n, kp, ng) = (self.rows(), self.cols(), self.groups());
-        check_len("x (Kp)", kp, x.len())?;
-        check_len("y", n, y.len())?;
+    fn gemv_sized(&self, x: &[f32], y: &mut [f32], ws: &mut Workspace, exec: Exec) -> GemvResult {
+        let (kp, ng) = (self.cols(), self.groups());
         let kern = kernels(exec.isa)?.cq4;
         let c = &mut ws.cq4;
         c.z.resize(kp, 0.0);
@@ -274,11 +246,7 @@ impl Gemv for PanelMatrix<'_> {
         c.qsum.resize(ng, 0);
         self.rotate(x, &mut c.z, exec.isa)?;
         quantize_groups(&c.z, &mut c.q, &mut c.scale, &mut c.qsum)?;
-        let act = Cq4Act {
-            q: &c.q,
-            scale: &c.scale,
-            qsum: &c.qsum,
-        };
+        let act = Cq4Act::new(&c.q, &c.scale, &c.qsum);
         let lut = self.lut;
         let task = |first: usize, ys: &mut [f32]| {
             for (i, yc) in ys.chunks_mut(SUPER_BLOCK).enumerate() {

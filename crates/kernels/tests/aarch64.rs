@@ -129,7 +129,9 @@ fn sme2_chunked_groups_equal_neon_and_scalar() {
     .enumerate()
     {
         let (blob, panels, kp) = cq4_tensor(family, n, k, 300 + ci as u64);
-        let m = PanelMatrix::parse(family, n, kp, &blob, panels.as_slice()).unwrap();
+        let m = PanelMatrix::new(
+            kernels::PanelView::parse(family, n, kp, &blob, panels.as_slice()).unwrap(),
+        );
         let mut x = gaussian(400 + ci as u64, kp);
         x[k..].fill(0.0);
         let want = bits(&run(&m, &x, Isa::Scalar, false));
@@ -168,11 +170,7 @@ fn arm_cq4_kernels_exact_for_any_bytes() {
             .collect();
         let scale: Vec<f32> = (0..ng).map(|g| 0.003 + g as f32 * 0.7).collect();
         let qsum = group_sums(&q);
-        let act = Cq4Act {
-            q: &q,
-            scale: &scale,
-            qsum: &qsum,
-        };
+        let act = Cq4Act::new(&q, &scale, &qsum);
         let lut = CbLut::new([
             -128, 127, -100, -64, -1, 0, 1, 2, 3, 50, 64, 100, 120, 126, -127, -7,
         ]);
@@ -215,11 +213,7 @@ fn sme2_kernel_restores_fpsr() {
     let q = vec![3i8; ng * 128];
     let scale = vec![0.5f32; ng];
     let qsum = vec![384i32; ng];
-    let act = Cq4Act {
-        q: &q,
-        scale: &scale,
-        qsum: &qsum,
-    };
+    let act = Cq4Act::new(&q, &scale, &qsum);
     let lut = CbLut::new([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]);
     let blk = PanelBlock::new(&panels, &folded, ng).unwrap();
     let before = fpsr();

@@ -90,7 +90,9 @@ fn cq4_cases() -> Vec<(Family, usize, usize)> {
 fn cq4_every_tier_equals_scalar() {
     for (ci, (family, n, k)) in cq4_cases().into_iter().enumerate() {
         let (blob, panels, kp) = cq4_tensor(family, n, k, 40 + ci as u64);
-        let m = PanelMatrix::parse(family, n, kp, &blob, panels.as_slice()).unwrap();
+        let m = PanelMatrix::new(
+            kernels::PanelView::parse(family, n, kp, &blob, panels.as_slice()).unwrap(),
+        );
         let mut x = gaussian(77 + ci as u64, kp);
         x[k..].fill(0.0);
         let want = run(&m, &x, Isa::Scalar, false);
@@ -116,7 +118,9 @@ fn cq4_hostile_codebook_and_extreme_activations() {
         let h = half_bits(*v);
         blob[cb.offset + 2 * i..cb.offset + 2 * i + 2].copy_from_slice(&h.to_le_bytes());
     }
-    let m = PanelMatrix::parse(Family::Hadamard, n, kp, &blob, panels.as_slice()).unwrap();
+    let m = PanelMatrix::new(
+        kernels::PanelView::parse(Family::Hadamard, n, kp, &blob, panels.as_slice()).unwrap(),
+    );
     assert!(m.lut().cb_i8().contains(&127) && m.lut().cb_i8().contains(&-127));
     let mut x = vec![0f32; kp];
     for (i, v) in x.iter_mut().enumerate() {
@@ -162,11 +166,7 @@ fn cq4_kernels_exact_for_any_codebook_bytes() {
         .collect();
     let scale = vec![0.01f32, 0.5, 3.0];
     let qsum = group_sums(&q);
-    let act = Cq4Act {
-        q: &q,
-        scale: &scale,
-        qsum: &qsum,
-    };
+    let act = Cq4Act::new(&q, &scale, &qsum);
     let lut = CbLut::new([
         -128, -127, -100, -64, -1, 0, 1, 2, 3, 50, 64, 100, 120, 126, 127, -7,
     ]);
@@ -235,7 +235,9 @@ fn random_shapes_every_tier_and_layout() {
         let n = 1 + (rng.next_u64() % 200) as usize;
         let k = 128 * (1 + (rng.next_u64() % 3) as usize) - (rng.next_u64() % 64) as usize;
         let (blob, panels, kp) = cq4_tensor(family, n, k, case);
-        let m = PanelMatrix::parse(family, n, kp, &blob, panels.as_slice()).unwrap();
+        let m = PanelMatrix::new(
+            kernels::PanelView::parse(family, n, kp, &blob, panels.as_slice()).unwrap(),
+        );
         let mut x = gaussian(case + 100, kp);
         x[k..].fill(0.0);
         let want = bits(&run(&m, &x, Isa::Scalar, false));

@@ -83,13 +83,9 @@ pub fn cq4_tensor(family: Family, n: usize, k: usize, seed: u64) -> (Vec<u8>, Al
         let s = 0.02 * (1.0 + (r % 7) as f32);
         row.iter_mut().for_each(|v| *v *= s);
     }
-    let geom = enc.geometry();
-    let mut panels = vec![0u8; geom.data_bytes()];
-    let mut norms = vec![0u16; n * geom.num_groups()];
-    enc.encode_superblocks(0, &w, &mut panels, &mut norms)
-        .unwrap();
+    let (panels, norms) = enc.encode_tensor(&w).unwrap();
     let blob = enc.scales_blob(&norms).unwrap();
-    (blob, AlignedBytes::copy_of(&panels), geom.k())
+    (blob, AlignedBytes::copy_of(&panels), enc.kp())
 }
 
 /// `y = W x` on `isa`, fresh workspace.
