@@ -399,16 +399,13 @@ mod tests {
 
     #[test]
     fn dtype_aliases() {
-        for (s, want) in [
-            ("f32", DtypeArg::Float32),
-            ("float32", DtypeArg::Float32),
-            ("bf16", DtypeArg::BFloat16),
-            ("bfloat16", DtypeArg::BFloat16),
-            ("f16", DtypeArg::Float16),
-            ("float16", DtypeArg::Float16),
-        ] {
-            let c = Cli::try_parse_from(["convert", "--torch-dtype", s, "a", "b"]).unwrap();
-            assert_eq!(c.convert.torch_dtype, want);
+        let names = [["f32", "float32"], ["bf16", "bfloat16"], ["f16", "float16"]];
+        let wants = [DtypeArg::Float32, DtypeArg::BFloat16, DtypeArg::Float16];
+        for (names, want) in names.into_iter().zip(wants) {
+            for s in names {
+                let c = Cli::try_parse_from(["convert", "--torch-dtype", s, "a", "b"]).unwrap();
+                assert_eq!(c.convert.torch_dtype, want);
+            }
         }
         assert!(Cli::try_parse_from(["convert", "--torch-dtype", "int8", "a", "b"]).is_err());
     }

@@ -84,13 +84,7 @@ impl NameAllocator {
             stem.push('~');
             stem.push_str(&sha256(tensor.as_bytes())[..16]);
         }
-        let mut name = format!("{stem}{suffix}");
-        let mut i = 2;
-        while !self.used.insert(name.to_ascii_lowercase()) {
-            name = format!("{stem}~{i}{suffix}");
-            i += 1;
-        }
-        name
+        self.allocate_exact(&stem, suffix)
     }
 
     /// `stem + suffix` for a stem that is already a safe file name (engine

@@ -307,40 +307,39 @@ fn table_report(isas: &[Isa], outcomes: &[Outcome]) -> String {
     let mut rows: Vec<[String; 9]> = Vec::new();
     for o in outcomes {
         let verdict = if o.pass() { "pass" } else { "FAIL" };
-        let Some(c) = &o.check else {
+        // One table row: the file's columns, then `isa, exact, e2e, act, result`.
+        let mut row = |kind: &str, shape: &str, rest: [String; 5]| {
+            let [isa, exact, e2e, act, result] = rest;
+            let hash = o.hash.as_str().into();
             rows.push([
                 o.name.clone(),
-                "-".into(),
-                "-".into(),
-                o.hash.as_str().into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                match &o.io_error {
-                    Some(e) => format!("FAIL: {e}"),
-                    None => verdict.into(),
-                },
+                kind.into(),
+                shape.into(),
+                hash,
+                isa,
+                exact,
+                e2e,
+                act,
+                result,
             ]);
+        };
+        let dash = || "-".to_string();
+        let Some(c) = &o.check else {
+            let result = match &o.io_error {
+                Some(e) => format!("FAIL: {e}"),
+                None => verdict.into(),
+            };
+            row("-", "-", [dash(), dash(), dash(), dash(), result]);
             continue;
         };
         let shape = format!("{}x{}", c.shape.0, c.shape.1);
         if c.isas.is_empty() {
-            rows.push([
-                o.name.clone(),
-                c.kind.clone(),
-                shape.clone(),
-                o.hash.as_str().into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                if c.problems.is_empty() && o.pass() {
-                    "pass (no matrix: container checked)".into()
-                } else {
-                    format!("FAIL: {}", c.problems.join("; "))
-                },
-            ]);
+            let result = if c.problems.is_empty() && o.pass() {
+                "pass (no matrix: container checked)".into()
+            } else {
+                format!("FAIL: {}", c.problems.join("; "))
+            };
+            row(&c.kind, &shape, [dash(), dash(), dash(), dash(), result]);
         }
         for i in &c.isas {
             let mut result = if i.pass() && c.problems.is_empty() && o.hash != Hash::Mismatch {
@@ -351,30 +350,22 @@ fn table_report(isas: &[Isa], outcomes: &[Outcome]) -> String {
             if i.identical_to_scalar == Some(true) {
                 result.push_str(" (= scalar)");
             }
-            rows.push([
-                o.name.clone(),
-                c.kind.clone(),
-                shape.clone(),
-                o.hash.as_str().into(),
-                i.isa.name().into(),
-                fmt_e(i.exact.worst_ratio),
-                fmt_e(i.e2e.rel_l2),
-                c.activation_ratio.map_or("-".into(), fmt_e),
-                result,
-            ]);
+            let act = c.activation_ratio.map_or_else(dash, fmt_e);
+            let (exact, e2e) = (fmt_e(i.exact.worst_ratio), fmt_e(i.e2e.rel_l2));
+            row(
+                &c.kind,
+                &shape,
+                [i.isa.name().into(), exact, e2e, act, result],
+            );
         }
         if let Some(e) = &c.embedding {
-            rows.push([
-                o.name.clone(),
-                c.kind.clone(),
-                shape.clone(),
-                o.hash.as_str().into(),
-                "embed".into(),
-                "-".into(),
-                format!("{:.3e} rel", e.rel_max),
-                format!("{:.0e}", e.bound),
-                if e.pass() { "pass" } else { "FAIL" }.into(),
-            ]);
+            let (rel, bound) = (format!("{:.3e} rel", e.rel_max), format!("{:.0e}", e.bound));
+            let result = if e.pass() { "pass" } else { "FAIL" }.into();
+            row(
+                &c.kind,
+                &shape,
+                ["embed".into(), dash(), rel, bound, result],
+            );
         }
     }
     let header = [

@@ -161,51 +161,64 @@ fn bad_gguf_inputs_exit_2() {
         offset,
     };
     let one = |ti: TInfo| gguf_bytes(3, 1, 0, &[], &[ti], 256);
-    expect_bad(
-        "offset.gguf",
-        &one(t("a.weight", &[8, 4], 0, 1 << 40)),
-        "beyond the end",
-    );
-    expect_bad(
-        "size.gguf",
-        &one(t("a.weight", &[8, 4000], 0, 0)),
-        "beyond the end",
-    );
-    expect_bad(
-        "overflow.gguf",
-        &one(t("a.weight", &[1 << 40, 1 << 40], 0, 0)),
-        "overflow",
-    );
-    expect_bad(
-        "type.gguf",
-        &one(t("a.weight", &[8, 4], 99, 0)),
-        "unknown ggml type id 99",
-    );
-    expect_bad(
-        "removed_type.gguf",
-        &one(t("a.weight", &[8, 4], 4, 0)),
-        "unknown ggml type id 4",
-    );
-    expect_bad(
-        "traversal.gguf",
-        &one(t("../evil.weight", &[8, 4], 0, 0)),
-        "not allowed",
-    );
-    expect_bad(
-        "control.gguf",
-        &one(t("a\nb", &[8, 4], 0, 0)),
-        "not allowed",
-    );
-    expect_bad(
-        "ndims.gguf",
-        &one(t("a.weight", &[1, 1, 1, 1, 1], 0, 0)),
-        "dimensions",
-    );
-    expect_bad(
-        "blocks.gguf",
-        &one(t("a.weight", &[33, 1], 8, 0)),
-        "not a multiple",
-    );
+    // (file, tensor name, dims, ggml type id, data offset, what the error says)
+    type Case<'a> = (&'a str, &'a str, &'a [u64], u32, u64, &'a str);
+    let cases: [Case; 9] = [
+        (
+            "offset.gguf",
+            "a.weight",
+            &[8, 4],
+            0,
+            1 << 40,
+            "beyond the end",
+        ),
+        ("size.gguf", "a.weight", &[8, 4000], 0, 0, "beyond the end"),
+        (
+            "overflow.gguf",
+            "a.weight",
+            &[1 << 40, 1 << 40],
+            0,
+            0,
+            "overflow",
+        ),
+        (
+            "type.gguf",
+            "a.weight",
+            &[8, 4],
+            99,
+            0,
+            "unknown ggml type id 99",
+        ),
+        (
+            "removed_type.gguf",
+            "a.weight",
+            &[8, 4],
+            4,
+            0,
+            "unknown ggml type id 4",
+        ),
+        (
+            "traversal.gguf",
+            "../evil.weight",
+            &[8, 4],
+            0,
+            0,
+            "not allowed",
+        ),
+        ("control.gguf", "a\nb", &[8, 4], 0, 0, "not allowed"),
+        (
+            "ndims.gguf",
+            "a.weight",
+            &[1, 1, 1, 1, 1],
+            0,
+            0,
+            "dimensions",
+        ),
+        ("blocks.gguf", "a.weight", &[33, 1], 8, 0, "not a multiple"),
+    ];
+    for (file, name, dims, ty, offset, needle) in cases {
+        expect_bad(file, &one(t(name, dims, ty, offset)), needle);
+    }
     let two = |second: &str, offset: u64| {
         let ts = [
             TInfo::f32("a.weight", &[8, 4], 0),

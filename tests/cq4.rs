@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::{convert, fixture, folder_contents, manifest, stderr, MODELS};
 use ggml_quants::TorchDtype;
@@ -83,12 +83,19 @@ fn every_fixture_model_gets_panels_of_both_families() {
     }
 }
 
+/// The tiny F32 llama converted with the defaults into `dir/o`, and its
+/// source catalogue.
+fn convert_tiny_f32(dir: &Path) -> (PathBuf, Catalogue) {
+    let out = dir.join("o");
+    run("models/tiny-llama-f32.gguf", &out, &[]);
+    let src = Catalogue::open(&fixture("models/tiny-llama-f32.gguf")).unwrap();
+    (out, src)
+}
+
 #[test]
 fn qdq_of_written_files_equals_the_quantizers_own_dequantization() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("o");
-    run("models/tiny-llama-f32.gguf", &out, &[]);
-    let src = Catalogue::open(&fixture("models/tiny-llama-f32.gguf")).unwrap();
+    let (out, src) = convert_tiny_f32(tmp.path());
     let bundle = cq4::Bundle::new(cq4::DEFAULT_SEED);
     for name in [
         "blk.0.attn_q.weight",
@@ -105,14 +112,10 @@ fn qdq_of_written_files_equals_the_quantizers_own_dequantization() {
             cq4::qdq(fam, n, f.header().dims[1] as usize, f.scales(), f.data()).unwrap();
         // Quantize again through the library and dequantize with the encoder.
         let enc = bundle.encoder(fam, n, k).unwrap();
-        let g = enc.geometry();
-        let mut panels = vec![0u8; g.data_bytes()];
-        let mut norms = vec![0u16; n * g.num_groups()];
         let w = materialize(&src, name, TorchDtype::Float32);
-        enc.encode_superblocks(0, &w, &mut panels, &mut norms)
-            .unwrap();
+        let (panels, norms) = enc.encode_tensor(&w).unwrap();
         assert_eq!(panels, f.data(), "{name}: panels");
-        let mut own = vec![0f32; n * g.k()];
+        let mut own = vec![0f32; n * enc.kp()];
         enc.dequantize_superblocks(0, &panels, &norms, &mut own)
             .unwrap();
         assert!(
@@ -214,9 +217,7 @@ fn sqnr_db(reference: &[f32], approx: &[f32]) -> f64 {
 #[test]
 fn sqnr_against_llama_cpp_q4_k() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("o");
-    run("models/tiny-llama-f32.gguf", &out, &[]);
-    let src = Catalogue::open(&fixture("models/tiny-llama-f32.gguf")).unwrap();
+    let (out, src) = convert_tiny_f32(tmp.path());
     let q4 = Catalogue::open(&fixture("models/tiny-llama-Q4_K_M.gguf")).unwrap();
     let m = manifest(&out);
     let mut rows = Vec::new();

@@ -211,11 +211,7 @@ fn cq4_bundle(dir: &Path) -> Vec<String> {
         let mut w64 = vec![0f64; n * k];
         cq4::rng::fill_gaussian(&mut rng, &mut w64);
         let w: Vec<f32> = w64.iter().map(|&v| (v * 0.02) as f32).collect();
-        let g = enc.geometry();
-        let mut panels = vec![0u8; g.data_bytes()];
-        let mut norms = vec![0u16; n * g.num_groups()];
-        enc.encode_superblocks(0, &w, &mut panels, &mut norms)
-            .unwrap();
+        let (panels, norms) = enc.encode_tensor(&w).unwrap();
         let blob = enc.scales_blob(&norms).unwrap();
         let mut bytes = weights_file::write::prefix(&enc.header(), &blob).unwrap();
         bytes.extend_from_slice(&panels);

@@ -72,11 +72,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 fn quantizer_dequant(family: cq4::Family, rows: &[f32], n: usize, k: usize) -> Vec<f32> {
     let b = cq4::Bundle::new(cq4::DEFAULT_SEED);
     let enc = b.encoder(family, n, k).unwrap();
-    let g = enc.geometry();
-    let mut panels = vec![0u8; g.data_bytes()];
-    let mut norms = vec![0u16; n * g.num_groups()];
-    enc.encode_superblocks(0, rows, &mut panels, &mut norms)
-        .unwrap();
+    let (panels, norms) = enc.encode_tensor(rows).unwrap();
     let kp = enc.kp();
     let mut out = vec![0f32; n * kp];
     enc.dequantize_superblocks(0, &panels, &norms, &mut out)

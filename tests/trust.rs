@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{convert, convert_into, entry, fixture, gguf_bytes, manifest, stderr, TInfo};
+use common::{convert, convert_into, entry, fixture, gguf_bytes, manifest, new_dir, stderr, TInfo};
 use sha2::{Digest, Sha256};
 
 fn sha(p: &Path) -> String {
@@ -484,8 +484,7 @@ fn long_tensor_names_are_shortened_and_recorded() {
 #[test]
 fn bad_folder_files_exit_2() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("m");
-    std::fs::create_dir(&dir).unwrap();
+    let dir = new_dir(tmp.path(), "m");
     std::fs::copy(
         fixture("models/tiny-llama-hf-bf16/model.safetensors"),
         dir.join("model.safetensors"),
@@ -546,8 +545,7 @@ fn non_float_buffers_are_carried_in_every_mode() {
     let tmp = tempfile::tempdir().unwrap();
     // A Hugging Face folder whose checkpoint holds I64 position_ids, a
     // BOOL mask, U8, I32 and F64 buffers besides its weights.
-    let dir = tmp.path().join("m");
-    std::fs::create_dir(&dir).unwrap();
+    let dir = new_dir(tmp.path(), "m");
     std::fs::write(
         dir.join("config.json"),
         br#"{"model_type": "llama", "tie_word_embeddings": true}"#,

@@ -120,36 +120,28 @@ mod tests {
 
     #[test]
     fn policy_table() {
-        let p = |hf: &str, shape: &[u64]| precision(&engine_name(hf), shape);
-        assert_eq!(
-            p("model.embed_tokens.weight", &[1024, 256]),
-            Precision::Orthogonal
-        );
-        assert_eq!(p("lm_head.weight", &[1024, 256]), Precision::Orthogonal);
-        assert_eq!(
-            p("model.layers.0.self_attn.q_proj.weight", &[256, 256]),
-            Precision::Hadamard
-        );
-        assert_eq!(
-            p("model.layers.0.mlp.down_proj.weight", &[576, 1536]),
-            Precision::Hadamard
-        );
-        assert_eq!(
-            p("model.layers.0.self_attn.q_proj.weight", &[576, 576]),
-            Precision::Fp16
-        );
-        assert_eq!(
-            p("model.embed_tokens.weight", &[49152, 576]),
-            Precision::Fp16
-        );
-        assert_eq!(
-            p("model.layers.0.input_layernorm.weight", &[256]),
-            Precision::Fp16
-        );
-        assert_eq!(
-            p("model.layers.0.self_attn.q_proj.bias", &[256]),
-            Precision::Fp16
-        );
+        use Precision::{Fp16, Hadamard, Orthogonal};
+        let cases: [(&str, &[u64], Precision); 8] = [
+            ("model.embed_tokens.weight", &[1024, 256], Orthogonal),
+            ("lm_head.weight", &[1024, 256], Orthogonal),
+            (
+                "model.layers.0.self_attn.q_proj.weight",
+                &[256, 256],
+                Hadamard,
+            ),
+            (
+                "model.layers.0.mlp.down_proj.weight",
+                &[576, 1536],
+                Hadamard,
+            ),
+            ("model.layers.0.self_attn.q_proj.weight", &[576, 576], Fp16),
+            ("model.embed_tokens.weight", &[49152, 576], Fp16),
+            ("model.layers.0.input_layernorm.weight", &[256], Fp16),
+            ("model.layers.0.self_attn.q_proj.bias", &[256], Fp16),
+        ];
+        for (hf, shape, want) in cases {
+            assert_eq!(precision(&engine_name(hf), shape), want, "{hf} {shape:?}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ use weights_file::{Header, Precision};
 use super::Ctx;
 use crate::manifest::Entry;
 use crate::materialize;
+use crate::outdir::Written;
 use crate::plan::Job;
 
 /// True when every value of `v` survives fp16 conversion without becoming inf.
@@ -56,14 +57,7 @@ pub fn write_plain(ctx: &Ctx, job: &Job) -> Result<Entry> {
         Ok(w.write_all(&bytes)?)
     })?;
     let done = w.commit()?;
-    Ok(Entry::new(
-        t,
-        Some(&job.file),
-        precision.name(),
-        "row_major",
-        Some(&done),
-        None,
-    ))
+    Ok(row_major_entry(job, precision.name(), &done))
 }
 
 /// The source bytes as they are, in a raw container of their element type.
@@ -77,12 +71,17 @@ pub fn write_raw(ctx: &Ctx, job: &Job, ty: RawType) -> Result<Entry> {
         w.write_all(chunk)?;
     }
     let done = w.commit()?;
-    Ok(Entry::new(
-        t,
+    Ok(row_major_entry(job, ty.name(), &done))
+}
+
+/// The manifest entry of a row-major file of `precision` written for `job`.
+fn row_major_entry(job: &Job, precision: impl Into<String>, done: &Written) -> Entry {
+    Entry::new(
+        job.tensor,
         Some(&job.file),
-        ty.name(),
+        precision,
         "row_major",
-        Some(&done),
+        Some(done),
         None,
-    ))
+    )
 }

@@ -46,6 +46,13 @@ pub fn convert_into(input: &Path, out: &Path, opts: &[&str]) -> Output {
 }
 
 /// stderr as text.
+/// A new empty folder `parent/name`.
+pub fn new_dir(parent: &Path, name: &str) -> PathBuf {
+    let dir = parent.join(name);
+    std::fs::create_dir(&dir).unwrap();
+    dir
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }

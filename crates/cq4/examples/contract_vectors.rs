@@ -74,10 +74,7 @@ fn main() -> Result<(), cq4::Cq4Error> {
         let mut w = vec![0f64; n * k];
         fill_gaussian(&mut SplitMix64::new(42), &mut w);
         let w: Vec<f32> = w.iter().map(|&x| (x * 0.02) as f32).collect();
-        let g = enc.geometry();
-        let mut panels = vec![0u8; g.data_bytes()];
-        let mut norms = vec![0u16; n * g.num_groups()];
-        enc.encode_superblocks(0, &w, &mut panels, &mut norms)?;
+        let (panels, norms) = enc.encode_tensor(&w)?;
         let blob = enc.scales_blob(&norms)?;
         println!(
             "{family:?} 100x256 seed-42 tensor: fnv(panels) {:016x} fnv(scales) {:016x}, scales_bytes {}, first panel bytes {:02x?}, norms[0..4] {}",

@@ -680,6 +680,18 @@ impl PanelEncoder {
             .collect())
     }
 
+    /// The whole `N x K` tensor (row-major f32) in one call: its panels and
+    /// its `N x num_groups` stored norms, exactly what
+    /// [`Self::encode_superblocks`] writes for one chunk of every row. For
+    /// tensors that fit in memory twice; writers stream chunks instead.
+    pub fn encode_tensor(&self, w: &[f32]) -> Result<(Vec<u8>, Vec<u16>), Cq4Error> {
+        let g = &self.geometry;
+        let mut panels = vec![0u8; g.data_bytes()];
+        let mut norms = vec![0u16; g.n() * g.num_groups()];
+        self.encode_superblocks(0, w, &mut panels, &mut norms)?;
+        Ok((panels, norms))
+    }
+
     /// The scales blob for the whole tensor, given all `N x num_groups`
     /// stored norms (the concatenation of every chunk's `norms_out`).
     pub fn scales_blob(&self, norms: &[u16]) -> Result<Vec<u8>, Cq4Error> {
