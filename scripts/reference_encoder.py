@@ -464,10 +464,59 @@ def pack_panels(idx_full, N, Kp):
     return (P[:, 0] | (P[:, 1] << 4)).astype(np.uint8).tobytes()
 
 
-def encode_tensor(W, family, seed):
-    """W: f32 [N, K] (already materialised per the dtype policy).
+def awq_exponents(W, a):
+    """FORMAT.md §CQ4.13: power-of-two input-scale exponents of an f32 [N, K]
+    tensor for the f32 importance a [K]."""
+    N, K = W.shape
+    c = np.zeros(K, dtype=np.float64)
+    for row in W:  # row by row, in row order: the contract's summation order
+        r = row.astype(np.float64)
+        c += r * r
+    a64 = np.asarray(a, dtype=np.float32).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = a64 / c
+    ok = (a64 > 0) & (c > 0) & np.isfinite(t) & (t >= 2.0 ** -1022)
+    E = np.frexp(np.where(ok, t, 1.0))[1].astype(np.int64)
+    count = int(ok.sum())
+    if count == 0:
+        return np.zeros(K, dtype=np.int64)
+    mean = (2 * int(E[ok].sum()) + count) // (2 * count)
+    e = np.clip(np.floor_divide(E - mean + 2, 4), -3, 3)
+    return np.where(ok, e, 0).astype(np.int64)
+
+
+def read_imatrix(path):
+    """llama.cpp's GGUF imatrix: {name: f32 importance}, value = in_sum2 /
+    lround(count) in f32 (1.0 where the count is 0)."""
+    from gguf import GGUFReader
+    r = GGUFReader(path)
+    t = {x.name: np.asarray(x.data, dtype=np.float32).reshape(-1) for x in r.tensors}
+    out = {}
+    for name, sums in t.items():
+        if not name.endswith(".in_sum2"):
+            continue
+        base = name[: -len(".in_sum2")]
+        cnt = t[base + ".counts"]
+        k = sums.size // cnt.size
+        vals = []
+        for e, cn in enumerate(cnt):
+            n = np.float32(np.floor(abs(float(cn)) + 0.5) * (1 if cn >= 0 else -1))
+            seg = sums[e * k:(e + 1) * k]
+            vals.append(np.ones(k, np.float32) if n == 0 else (seg / n).astype(np.float32))
+        out[base] = np.concatenate(vals)
+    return out
+
+
+def encode_tensor(W, family, seed, importance=None):
+    """W: f32 [N, K] (already materialised per the dtype policy); importance:
+    f32 [K] (Hadamard family only: AWQ input scales, §CQ4.13) or None.
     Returns the complete .cq4p.weights file bytes and a dict describing its regions."""
     W = np.asarray(W, dtype=np.float32)
+    exps = None
+    if importance is not None and family == "hadamard":
+        exps = awq_exponents(W, importance)
+        # W * 2^e: exact in f32 (W was checked finite below; 2^e <= 8).
+        W = (W * np.exp2(exps).astype(np.float32)[None, :]).astype(np.float32)
     if W.ndim != 2 or W.shape[0] == 0 or W.shape[1] == 0:
         raise EncodeError("CQ4 needs a non-empty 2-D tensor")
     if not np.all(np.isfinite(W)):
@@ -498,6 +547,8 @@ def encode_tensor(W, family, seed):
         raise EncodeError(f"stored norm overflows fp16 at row {bad[0]} group {bad[1]}")
 
     input_scale = np.full(Kp, 1.0, dtype=np.float64)
+    if exps is not None:
+        input_scale[:K] = np.exp2(exps.astype(np.float64))
     recip = fp16_from_f64(np.minimum(1.0 / np.maximum(input_scale, 1e-8), 65504.0))
     input_scale = fp16_from_f64(input_scale)
     scb32 = scb.astype(np.float32)
@@ -659,8 +710,9 @@ def family_of(name, shape):
     return "hadamard"
 
 
-def encode_model(model, outdir, torch_dtype, seed, only=None, verbose=True):
+def encode_model(model, outdir, torch_dtype, seed, only=None, verbose=True, imatrix=None):
     tensors = read_model(model)
+    im = read_imatrix(imatrix) if imatrix else {}
     names = file_names([n for n, _, _ in tensors])
     os.makedirs(outdir, exist_ok=True)
     written = []
@@ -670,7 +722,7 @@ def encode_model(model, outdir, torch_dtype, seed, only=None, verbose=True):
             continue
         t0 = time.time()
         W = materialize(load(), torch_dtype, name)
-        blob, _ = encode_tensor(W, fam, seed)
+        blob, _ = encode_tensor(W, fam, seed, im.get(name))
         fn = names[name] + ".cq4p.weights"
         with open(os.path.join(outdir, fn), "wb") as f:
             f.write(blob)
@@ -973,6 +1025,8 @@ def main(argv=None):
     ap.add_argument("--self-test", action="store_true")
     ap.add_argument("--diff", nargs=2, metavar=("REFERENCE", "OTHER"))
     ap.add_argument("--make-edge-gguf", metavar="PATH", help="write the synthetic edge-case GGUF")
+    ap.add_argument("--imatrix", default=None, metavar="FILE",
+                    help="llama.cpp GGUF importance matrix: AWQ input scales for the Hadamard family")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
     if args.self_test:
@@ -993,7 +1047,7 @@ def main(argv=None):
     try:
         t0 = time.time()
         written = encode_model(args.model, args.outdir, aliases[args.torch_dtype], seed, only,
-                               verbose=not args.quiet)
+                               verbose=not args.quiet, imatrix=args.imatrix)
     except EncodeError as e:
         print(f"reference_encoder: error: {e}", file=sys.stderr)
         return 2

@@ -342,14 +342,16 @@ pub struct ConvertArgs {
     #[arg(long, requires = "qtype", value_name = "REGEX=TYPE")]
     pub tensor_type: Vec<String>,
 
-    /// With --qtype: llama.cpp's importance matrix (`llama-imatrix` output,
-    /// GGUF or legacy .dat). Each weight with an entry (looked up by its
-    /// GGUF name, as llama-quantize does; a Hugging Face source's names are
-    /// mapped) is quantized importance-weighted, byte-identical to
-    /// `llama-quantize --imatrix`; weights without one (token_embd, output
-    /// unless collected) are quantized without. Q8_0 ignores it, as ggml
-    /// does.
-    #[arg(long, requires = "qtype", value_name = "FILE")]
+    /// With --qtype or --bits 4: llama.cpp's importance matrix
+    /// (`llama-imatrix` output, GGUF or legacy .dat). Each weight with an
+    /// entry (looked up by its GGUF name, as llama-quantize does; a Hugging
+    /// Face source's names are mapped) is quantized importance-weighted:
+    /// with --qtype byte-identical to `llama-quantize --imatrix` (Q8_0
+    /// ignores it, as ggml does); with --bits 4 every Hadamard-family matrix
+    /// gets AWQ-style power-of-two input scales (FORMAT.md §CQ4.13).
+    /// Weights without an entry (token_embd, output unless collected) are
+    /// quantized without.
+    #[arg(long, value_name = "FILE")]
     pub imatrix: Option<PathBuf>,
 
     /// Keep mode: rows interleaved per group in sidecar files (4 = R4, 8 =

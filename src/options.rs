@@ -53,7 +53,7 @@ pub struct ImatrixInput {
 pub struct Options {
     /// Materialization dtype.
     pub dtype: TorchDtype,
-    /// `--imatrix` (keep mode with `--qtype`).
+    /// `--imatrix` (with `--qtype`, or `--bits 4` for CQ4 input scales).
     pub imatrix: Option<ImatrixInput>,
     /// The mode.
     pub mode: Mode,
@@ -98,9 +98,9 @@ impl Options {
             Some(n) => n,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
-        if args.imatrix.is_some() && !matches!(mode, Mode::Keep { qtype: Some(_), .. }) {
+        if args.imatrix.is_some() && matches!(mode, Mode::Keep { qtype: None, .. }) {
             return Err(bad_input(
-                "--imatrix applies to --qtype (ggml types, as llama-quantize uses it); CQ4 (--bits 4) does not use an importance matrix yet",
+                "--imatrix needs --qtype (ggml types, as llama-quantize uses it) or --bits 4 (CQ4 input scales): keep mode copies the source's blocks as they are",
             ));
         }
         let imatrix = match &args.imatrix {
@@ -133,6 +133,22 @@ impl Options {
 
     /// The options that affect the bytes, for the manifest.
     pub fn to_json(&self) -> serde_json::Value {
+        let mut j = self.mode_json();
+        if let Some(im) = &self.imatrix {
+            j["imatrix"] = serde_json::json!({
+                "file": im.path.file_name().map(|n| n.to_string_lossy().into_owned()),
+                "sha256": im.sha256,
+                "format": match im.data.format {
+                    model_sources::imatrix::ImatrixFormat::Gguf => "gguf",
+                    model_sources::imatrix::ImatrixFormat::Dat => "dat",
+                },
+                "entries": im.data.entries.len(),
+            });
+        }
+        j
+    }
+
+    fn mode_json(&self) -> serde_json::Value {
         let dtype = self.dtype.name();
         match &self.mode {
             Mode::Plain => serde_json::json!({ "mode": "plain", "torch_dtype": dtype }),
@@ -152,17 +168,6 @@ impl Options {
                         .iter()
                         .map(|o| format!("{}={}", o.pattern, o.ty))
                         .collect();
-                }
-                if let Some(im) = &self.imatrix {
-                    j["imatrix"] = serde_json::json!({
-                        "file": im.path.file_name().map(|n| n.to_string_lossy().into_owned()),
-                        "sha256": im.sha256,
-                        "format": match im.data.format {
-                            model_sources::imatrix::ImatrixFormat::Gguf => "gguf",
-                            model_sources::imatrix::ImatrixFormat::Dat => "dat",
-                        },
-                        "entries": im.data.entries.len(),
-                    });
                 }
                 j
             }

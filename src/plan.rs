@@ -61,6 +61,21 @@ pub fn family_name(f: cq4::Family) -> &'static str {
 }
 
 impl Action<'_> {
+    /// True for the actions `--imatrix` changes: requantized sidecars and
+    /// Hadamard-family panels (AWQ input scales).
+    pub fn uses_imatrix(self) -> bool {
+        matches!(
+            self,
+            Action::Sidecar {
+                requantize: true,
+                ..
+            } | Action::Panels {
+                family: cq4::Family::Hadamard,
+                ..
+            }
+        )
+    }
+
     /// One line for the plan.
     pub fn describe(self) -> String {
         match self {
@@ -197,7 +212,11 @@ pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
                 engine: true,
                 bundle,
                 ..
-            } => engine_job(cat, t, family, bundle, &mut names)?,
+            } => {
+                let mut job = engine_job(cat, t, family, bundle, &mut names)?;
+                job.imatrix = importance(cat, t, job.action, opts)?;
+                job
+            }
             _ => {
                 let action = action_for(cat, t, opts, requantized.get(&i).copied())?;
                 let file = if action.writes_file() {
@@ -275,24 +294,22 @@ fn engine_job<'c>(
     })
 }
 
-/// The `--imatrix` entry of `t` when it is requantized to a sidecar: by
-/// its name for a GGUF source, by the Hugging Face name of each entry for
-/// other sources. An entry of the wrong size is bad input.
+/// The `--imatrix` entry of `t` when it is requantized to a sidecar or
+/// quantized to Hadamard-family CQ4 panels: by its name for a GGUF source,
+/// by the Hugging Face name of each entry for other sources. An entry of the
+/// wrong size is bad input.
 fn importance<'c>(
     cat: &Catalogue,
     t: &Tensor,
     action: Action,
     opts: &'c Options,
 ) -> Result<Option<&'c [f32]>> {
-    let (
-        Some(im),
-        Action::Sidecar {
-            requantize: true, ..
-        },
-    ) = (&opts.imatrix, action)
-    else {
+    let Some(im) = &opts.imatrix else {
         return Ok(None);
     };
+    if !action.uses_imatrix() {
+        return Ok(None);
+    }
     let name = match cat.kind {
         SourceKind::Gguf { .. } => Some(t.name.clone()),
         _ => {
@@ -512,15 +529,7 @@ pub fn describe(cat: &Catalogue, plan: &Plan, opts: &Options, out: &Path) -> Str
         let requantized: Vec<&Job> = plan
             .jobs
             .iter()
-            .filter(|j| {
-                matches!(
-                    j.action,
-                    Action::Sidecar {
-                        requantize: true,
-                        ..
-                    }
-                )
-            })
+            .filter(|j| j.action.uses_imatrix())
             .collect();
         let with = requantized.iter().filter(|j| j.imatrix.is_some()).count();
         let without: Vec<&str> = requantized
@@ -529,7 +538,7 @@ pub fn describe(cat: &Catalogue, plan: &Plan, opts: &Options, out: &Path) -> Str
             .map(|j| j.tensor.name.as_str())
             .collect();
         s += &format!(
-            "  importance matrix: {} ({} entries): {with} of {} requantized tensors use it{}\n",
+            "  importance matrix: {} ({} entries): {with} of the {} tensors it applies to use it{}\n",
             im.path.display(),
             im.data.entries.len(),
             requantized.len(),

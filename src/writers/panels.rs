@@ -16,7 +16,29 @@ const SB: usize = weights_file::panel::SUPER_BLOCK;
 pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) -> Result<Entry> {
     let t = job.tensor;
     let (n, k) = (t.shape[0] as usize, t.shape[1] as usize);
-    let enc = bundle.encoder(family, n, k).with_context(|| ctx.at(job))?;
+    let mut enc = bundle.encoder(family, n, k).with_context(|| ctx.at(job))?;
+    let mut scaled_columns = None;
+    if let (Some(importance), cq4::Family::Hadamard) = (job.imatrix, family) {
+        // AWQ input scales need every row's column sums first: one more
+        // pass over the source (only with --imatrix).
+        let mut sums = cq4::awq::ColumnSums::new(k);
+        materialize::rows(
+            ctx.cat,
+            t,
+            ctx.opts.dtype,
+            SB,
+            job.transform,
+            |_, values| {
+                sums.add_rows(values);
+                Ok(())
+            },
+        )?;
+        let exps = cq4::awq::input_exponents(sums.sums(), importance);
+        scaled_columns = Some(exps.iter().filter(|&&e| e != 0).count());
+        enc = enc
+            .with_input_exponents(&exps)
+            .with_context(|| ctx.at(job))?;
+    }
     let g = enc.geometry();
     let ng = g.num_groups();
     let sbb = g.superblock_bytes();
@@ -49,19 +71,23 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
     w.write_all(&weights_file::write::prefix(&header, &scales)?)?;
     w.write_all(&panels)?;
     let done = w.commit()?;
+    let mut details = serde_json::json!({
+        "family": family_name(family),
+        "group_size": cq4::GROUP_SIZE,
+        "k_padded": g.k(),
+        "num_groups": ng,
+        "super_blocks": g.sb64(),
+        "seed": bundle.seed(),
+    });
+    if let Some(c) = scaled_columns {
+        details["input_scales"] = serde_json::json!({"from": "imatrix", "scaled_columns": c});
+    }
     Ok(Entry::new(
         t,
         Some(&job.file),
         "CQ4",
         "cq4_packed_panels",
         Some(&done),
-        Some(serde_json::json!({
-            "family": family_name(family),
-            "group_size": cq4::GROUP_SIZE,
-            "k_padded": g.k(),
-            "num_groups": ng,
-            "super_blocks": g.sb64(),
-            "seed": bundle.seed(),
-        })),
+        Some(details),
     ))
 }

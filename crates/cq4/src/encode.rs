@@ -14,7 +14,7 @@ use crate::decode::{decode_rows, Decoder, RtSource};
 use crate::error::Cq4Error;
 use crate::hadamard::{fwht128, sqrt128, HadamardRotation, FIXED_MAGIC, HADAMARD_N};
 use crate::orthogonal::{OrthogonalRotation, NR};
-use weights_file::fp16::{f16_bits_to_f32, f16_bits_to_f64, f64_to_f16_bits, F16_ONE};
+use weights_file::fp16::{f16_bits_to_f32, f16_bits_to_f64, f64_to_f16_bits};
 use weights_file::panel::RotationFamily as Family;
 use weights_file::panel_view::GROUP as GROUP_SIZE;
 
@@ -152,6 +152,7 @@ impl Bundle {
             table,
             decoder,
             fallbacks: AtomicU64::new(0),
+            input_scale: None,
         })
     }
 }
@@ -176,6 +177,8 @@ fn filter_bound(kp: usize, max_col_norm: f64) -> f64 {
 struct Scratch {
     uf: Vec<f64>,
     apack: Vec<[[f32; LANES]; MR]>,
+    /// One super-block's rows times the input scales.
+    scaled: Vec<f32>,
 }
 
 /// Buckets of the decision table.
@@ -256,6 +259,9 @@ pub struct PanelEncoder {
     table: DecisionTable,
     decoder: Decoder,
     fallbacks: AtomicU64,
+    /// Input scales `2^e_j` per column (`k` values), when set
+    /// ([`PanelEncoder::with_input_exponents`]).
+    input_scale: Option<Vec<f32>>,
 }
 
 impl std::fmt::Debug for PanelEncoder {
@@ -283,6 +289,12 @@ fn put_nibble(panel: &mut [u8], c: usize, j: usize, idx: u8) {
     let kc = j % 4;
     let byte = (g * (GROUP_SIZE / 4) + kg) * 128 + 2 * c + kc / 2;
     panel[byte] |= idx << (4 * (kc & 1));
+}
+
+/// The fp16 bits of `2^e` for `-14 <= e <= 15` (a normal fp16).
+fn pow2_f16_bits(e: i32) -> u16 {
+    debug_assert!((-14..=15).contains(&e));
+    ((e + 15) as u16) << 10
 }
 
 /// Norm of `v` (sequential sum of squares, sqrt, clamped to [`NORM_FLOOR`]).
@@ -468,15 +480,28 @@ impl PanelEncoder {
                     |scratch, (s, ((sb_rows, panel), norms))| {
                         let row0 = first_row + s * SUPER_BLOCK;
                         let cnt = sb_rows.len() / k;
+                        let mut scaled = std::mem::take(&mut scratch.scaled);
+                        let sb_rows = match &self.input_scale {
+                            Some(sc) => {
+                                scaled.clear();
+                                for row in sb_rows.chunks_exact(k) {
+                                    scaled.extend(row.iter().zip(sc).map(|(&x, &s)| x * s));
+                                }
+                                &scaled[..]
+                            }
+                            None => sb_rows,
+                        };
                         debug_assert!(cnt <= nrows);
                         panel.fill(0);
-                        match self.family {
+                        let r = match self.family {
                             Family::Hadamard => {
                                 self.hadamard_superblock(row0, sb_rows, cnt, panel, norms)
                             }
                             Family::Orthogonal => self
                                 .orthogonal_superblock(scratch, row0, sb_rows, cnt, panel, norms),
-                        }
+                        };
+                        scratch.scaled = scaled;
+                        r
                     },
                 )
                 .collect();
@@ -583,7 +608,7 @@ impl PanelEncoder {
         // uf in f64 (row-major) for the exact path; for the filter, f32 packed
         // [rb][k][MR][LANES] with each value repeated LANES times (the tile
         // then needs no broadcasts).
-        let Scratch { uf, apack } = scratch;
+        let Scratch { uf, apack, .. } = scratch;
         uf.clear();
         uf.resize(cnt * kp, 0.0);
         apack.clear();
@@ -680,6 +705,43 @@ impl PanelEncoder {
             .collect())
     }
 
+    /// Quantize column `j` as `W[., j] * 2^exps[j]` and store the input
+    /// scales `2^exps[j]` and their reciprocals (FORMAT.md §CQ4.13; the
+    /// exponents of an importance matrix come from [`crate::awq`]). `exps`
+    /// has `K` entries in `-MAX_EXPONENT..=MAX_EXPONENT`; padded columns keep
+    /// scale 1. All zeros gives the bytes of an encoder without scales.
+    pub fn with_input_exponents(mut self, exps: &[i8]) -> Result<Self, Cq4Error> {
+        if exps.len() != self.k {
+            return Err(Cq4Error::BufferLength {
+                what: "input exponents",
+                expected: self.k,
+                got: exps.len(),
+            });
+        }
+        if let Some(&e) = exps.iter().find(|e| e.abs() > crate::awq::MAX_EXPONENT) {
+            return Err(Cq4Error::InputExponent { e });
+        }
+        let scale: Vec<f32> = exps.iter().map(|&e| (e as f32).exp2()).collect();
+        for (d, &s) in self.decoder.input_scale.iter_mut().zip(&scale) {
+            *d = s as f64;
+        }
+        self.input_scale = exps.iter().any(|&e| e != 0).then_some(scale);
+        Ok(self)
+    }
+
+    /// The `Kp` input exponents stored in the file (0 where no scale is set
+    /// and for padded columns).
+    pub fn input_exponents(&self) -> Vec<i8> {
+        let mut e = vec![0i8; self.kp()];
+        if let Some(sc) = &self.input_scale {
+            for (d, &s) in e.iter_mut().zip(sc) {
+                // `s = 2^e` exactly, |e| <= 3: its biased f32 exponent minus 127.
+                *d = (((s.to_bits() >> 23) & 0xFF) as i32 - 127) as i8;
+            }
+        }
+        e
+    }
+
     /// The whole `N x K` tensor (row-major f32) in one call: its panels and
     /// its `N x num_groups` stored norms, exactly what
     /// [`Self::encode_superblocks`] writes for one chunk of every row. For
@@ -709,9 +771,15 @@ impl PanelEncoder {
         for b in self.stored_bits {
             out.extend_from_slice(&b.to_le_bytes());
         }
-        // input_scale = 1.0, recip = fp16(min(1 / max(1.0, 1e-8), 65504)) = 1.0.
-        for _ in 0..2 * g.k() {
-            out.extend_from_slice(&F16_ONE.to_le_bytes());
+        // input_scale = 2^e (1.0 without input scales), recip =
+        // fp16(min(1 / max(2^e, 1e-8), 65504)) = 2^-e: both exact.
+        let exps = self.input_exponents();
+        for e in exps
+            .iter()
+            .map(|&e| e as i32)
+            .chain(exps.iter().map(|&e| -(e as i32)))
+        {
+            out.extend_from_slice(&pow2_f16_bits(e).to_le_bytes());
         }
         for &b in norms {
             out.extend_from_slice(&b.to_le_bytes());

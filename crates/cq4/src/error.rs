@@ -58,6 +58,12 @@ pub enum Cq4Error {
         /// Rows of the tensor.
         n: usize,
     },
+    /// An input-scale exponent outside the supported range.
+    #[error("input scale exponent {e} is outside -3..=3")]
+    InputExponent {
+        /// The rejected exponent.
+        e: i8,
+    },
     /// A buffer of the wrong length.
     #[error("{what}: expected length {expected}, got {got}")]
     BufferLength {
@@ -107,6 +113,7 @@ impl Cq4Error {
                 | Cq4Error::CodebookNotConverged { .. }
                 | Cq4Error::BadChunk { .. }
                 | Cq4Error::BufferLength { .. }
+                | Cq4Error::InputExponent { .. }
                 | Cq4Error::RowOutOfRange { .. }
                 | Cq4Error::BadRotation(_)
         )
