@@ -465,7 +465,7 @@ def pack_panels(idx_full, N, Kp):
 
 
 def awq_exponents(W, a):
-    """FORMAT.md §CQ4.13: power-of-two input-scale exponents of an f32 [N, K]
+    """FORMAT.md §CQ4.16: power-of-two input-scale exponents of an f32 [N, K]
     tensor for the f32 importance a [K]."""
     N, K = W.shape
     c = np.zeros(K, dtype=np.float64)
@@ -509,7 +509,7 @@ def read_imatrix(path):
 
 def encode_tensor(W, family, seed, importance=None):
     """W: f32 [N, K] (already materialised per the dtype policy); importance:
-    f32 [K] (Hadamard family only: AWQ input scales, §CQ4.13) or None.
+    f32 [K] (Hadamard family only: AWQ input scales, §CQ4.16) or None.
     Returns the complete .cq4p.weights file bytes and a dict describing its regions."""
     W = np.asarray(W, dtype=np.float32)
     exps = None

@@ -348,7 +348,7 @@ pub struct ConvertArgs {
     /// Face source's names are mapped) is quantized importance-weighted:
     /// with --qtype byte-identical to `llama-quantize --imatrix` (Q8_0
     /// ignores it, as ggml does); with --bits 4 every Hadamard-family matrix
-    /// gets AWQ-style power-of-two input scales (FORMAT.md §CQ4.13).
+    /// gets AWQ-style power-of-two input scales (FORMAT.md §CQ4.16).
     /// Weights without an entry (token_embd, output unless collected) are
     /// quantized without.
     #[arg(long, value_name = "FILE")]

@@ -265,14 +265,18 @@ fn bad_imatrix_inputs_exit_2() {
     };
     let im = fixture("imatrix/tiny-llama3.imatrix.gguf");
     let im = im.to_str().unwrap();
-    // Needs --qtype.
+    // Needs --qtype or --bits 4.
     run("no-qtype", &["--imatrix", im]);
-    run("bits", &["--bits", "4", "--imatrix", im]);
     // Another model's matrix: its rows are wider.
     let other = fixture("imatrix/tiny-llama-f32.imatrix.gguf");
     let e = run(
         "shape",
         &["--qtype", "q5_0", "--imatrix", other.to_str().unwrap()],
+    );
+    assert!(e.contains("blk.0.") && e.contains("needs 128"), "{e}");
+    let e = run(
+        "shape-cq4",
+        &["--bits", "4", "--imatrix", other.to_str().unwrap()],
     );
     assert!(e.contains("blk.0.") && e.contains("needs 128"), "{e}");
     // Not an importance matrix (a model GGUF; random bytes).

@@ -1,4 +1,4 @@
-//! AWQ-style input scales from an importance matrix (FORMAT.md §CQ4.13).
+//! AWQ-style input scales from an importance matrix (FORMAT.md §CQ4.16).
 //!
 //! Column `j` of a Hadamard-family tensor is quantized as `W[., j] * 2^e_j`
 //! and the file stores `input_scale_j = 2^e_j`, `recip_j = 2^-e_j`; the

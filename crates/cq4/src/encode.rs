@@ -706,7 +706,7 @@ impl PanelEncoder {
     }
 
     /// Quantize column `j` as `W[., j] * 2^exps[j]` and store the input
-    /// scales `2^exps[j]` and their reciprocals (FORMAT.md §CQ4.13; the
+    /// scales `2^exps[j]` and their reciprocals (FORMAT.md §CQ4.16; the
     /// exponents of an importance matrix come from [`crate::awq`]). `exps`
     /// has `K` entries in `-MAX_EXPONENT..=MAX_EXPONENT`; padded columns keep
     /// scale 1. All zeros gives the bytes of an encoder without scales.

@@ -477,3 +477,59 @@ fn whole_file_passes_the_container_reader() {
         assert_eq!(view.geometry(), enc.geometry());
     }
 }
+
+/// AWQ input scales (FORMAT.md §CQ4.16): on a Gaussian tensor with strongly
+/// varying (log-normal) column importance `a`, the importance-weighted
+/// error `sum a_k (W - W')^2` of the encoder's own dequantization (which
+/// divides by the stored scales) drops well below the unscaled one; all-zero
+/// exponents give the unscaled bytes; bad exponents are refused.
+#[test]
+fn input_scales_cut_the_importance_weighted_error() {
+    let (n, k) = (128, 384);
+    let w = gaussian(n, k, 11);
+    let mut g = vec![0f64; k];
+    fill_gaussian(&mut SplitMix64::new(12), &mut g);
+    let a: Vec<f32> = g.iter().map(|&x| (1.5 * x).exp() as f32).collect();
+    let bundle = Bundle::new(DEFAULT_SEED);
+    let mut sums = cq4::awq::ColumnSums::new(k);
+    sums.add_rows(&w);
+    let exps = cq4::awq::input_exponents(sums.sums(), &a);
+    assert!(exps.iter().filter(|&&e| e != 0).count() > k / 4, "{exps:?}");
+    let weighted_error = |exps: Option<&[i8]>| {
+        let mut enc = bundle.encoder(Family::Hadamard, n, k).unwrap();
+        if let Some(e) = exps {
+            enc = enc.with_input_exponents(e).unwrap();
+        }
+        let (panels, norms) = enc.encode_tensor(&w).unwrap();
+        let kp = enc.kp();
+        let mut q = vec![0f32; n * kp];
+        enc.dequantize_superblocks(0, &panels, &norms, &mut q)
+            .unwrap();
+        let blob = enc.scales_blob(&norms).unwrap();
+        let mut err = 0f64;
+        for r in 0..n {
+            for j in 0..k {
+                let d = (w[r * k + j] - q[r * kp + j]) as f64;
+                err += a[j] as f64 * d * d;
+            }
+        }
+        (err, panels, blob)
+    };
+    let (plain, p_panels, p_blob) = weighted_error(None);
+    let (zero, z_panels, z_blob) = weighted_error(Some(&vec![0; k]));
+    assert_eq!((z_panels, z_blob, zero), (p_panels, p_blob, plain));
+    let (scaled, _, _) = weighted_error(Some(&exps));
+    assert!(
+        scaled < 0.8 * plain,
+        "weighted error {scaled} vs {plain} unscaled"
+    );
+    let enc = || bundle.encoder(Family::Hadamard, n, k).unwrap();
+    assert!(matches!(
+        enc().with_input_exponents(&vec![4; k]),
+        Err(Cq4Error::InputExponent { e: 4 })
+    ));
+    assert!(matches!(
+        enc().with_input_exponents(&[0; 3]),
+        Err(Cq4Error::BufferLength { .. })
+    ));
+}
