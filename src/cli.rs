@@ -337,9 +337,12 @@ pub struct ConvertArgs {
     /// With --qtype: give tensors whose name matches REGEX (lower case,
     /// matched anywhere in the name, first rule wins) the ggml TYPE
     /// instead (llama-quantize's --tensor-type), e.g. `attn_v=q8_0`.
+    /// With --bits 4 --layout source: matching matrices become sidecars of
+    /// TYPE instead of CQ4 panels, or plain FP16 with `f16` (a mixture,
+    /// e.g. `token_embd=q8_0`; --imatrix applies to them too).
     /// Repeatable. Rows TYPE's blocks do not divide fall back as in
     /// llama.cpp (Q4_K -> Q5_0, Q6_K -> Q8_0).
-    #[arg(long, requires = "qtype", value_name = "REGEX=TYPE")]
+    #[arg(long, value_name = "REGEX=TYPE")]
     pub tensor_type: Vec<String>,
 
     /// With --qtype or --bits 4: llama.cpp's importance matrix

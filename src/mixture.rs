@@ -108,6 +108,26 @@ pub fn parse_override(s: &str, types: &[GgmlType]) -> Result<Override> {
     Ok(Override { pattern, regex, ty })
 }
 
+/// The first `--tensor-type` rule whose regex matches `name` (lower-cased).
+pub fn matching<'o>(overrides: &'o [Override], name: &str) -> Option<&'o Override> {
+    let lname = name.to_ascii_lowercase();
+    overrides.iter().find(|o| o.regex.is_match(&lname))
+}
+
+/// llama.cpp's type for rows of `k` values that `chosen`'s blocks do not
+/// divide (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; else `chosen`).
+pub fn fallback(chosen: GgmlType, k: u64) -> GgmlType {
+    if k.is_multiple_of(chosen.block_size() as u64) {
+        return chosen;
+    }
+    match chosen {
+        GgmlType::Q4_K => GgmlType::Q5_0,
+        GgmlType::Q5_K => GgmlType::Q5_1,
+        GgmlType::Q6_K => GgmlType::Q8_0,
+        other => other,
+    }
+}
+
 /// `use_more_bits(i, n)` of llama.cpp: the first and last eighth of the
 /// layers and every third in between.
 pub fn use_more_bits(i: usize, n: usize) -> bool {
@@ -217,21 +237,9 @@ pub fn choose(
         if kinds[j] == Kind::AttnV {
             i_v += 1;
         }
-        let chosen = overrides
-            .iter()
-            .find(|o| o.regex.is_match(&lname))
-            .map_or(mixture, |o| o.ty);
+        let chosen = matching(overrides, &lname).map_or(mixture, |o| o.ty);
         let k = t.ncols();
-        let fallback = if k.is_multiple_of(chosen.block_size() as u64) {
-            chosen
-        } else {
-            match chosen {
-                GgmlType::Q4_K => GgmlType::Q5_0,
-                GgmlType::Q5_K => GgmlType::Q5_1,
-                GgmlType::Q6_K => GgmlType::Q8_0,
-                other => other,
-            }
-        };
+        let fallback = fallback(chosen, k);
         let at = format!("tensor '{}' in {}", t.name, cat.file_of(t).display());
         if !sidecar(fallback) {
             return Err(bad_input(format!(

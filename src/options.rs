@@ -32,6 +32,9 @@ pub enum Mode {
         keep_quant: bool,
         /// Rows per interleave group of those sidecars.
         interleave: Interleave,
+        /// `--tensor-type` rules (source layout): matching matrices become
+        /// ggml sidecars of that type (requantized) or plain FP16 (`f16`).
+        overrides: Vec<crate::mixture::Override>,
         /// Rotations, codebooks and the seed shared by every tensor.
         bundle: Box<cq4::Bundle>,
     },
@@ -74,15 +77,32 @@ impl Options {
                     "--keep-quant needs --layout source: the engine does not read ggml sidecars",
                 ));
             }
+            if engine && !args.tensor_type.is_empty() {
+                return Err(bad_input(
+                    "--tensor-type with --bits 4 needs --layout source: the engine layout follows the engine's own precision policy",
+                ));
+            }
+            let mut types = crate::mixture::sidecar_types();
+            types.push(ggml_quants::GgmlType::F16);
             Mode::Cq4 {
                 engine,
                 keep_quant: args.keep_quant,
                 interleave,
+                overrides: args
+                    .tensor_type
+                    .iter()
+                    .map(|r| crate::mixture::parse_override(r, &types))
+                    .collect::<Result<_>>()?,
                 bundle: Box::new(cq4::Bundle::new(args.seed.unwrap_or(cq4::DEFAULT_SEED))),
             }
         } else if args.plain {
             Mode::Plain
         } else {
+            if args.qtype.is_none() && !args.tensor_type.is_empty() {
+                return Err(bad_input(
+                    "--tensor-type needs --qtype (keep mode) or --bits 4 --layout source",
+                ));
+            }
             Mode::Keep {
                 qtype: args.qtype.map(Into::into),
                 overrides: args
@@ -175,16 +195,26 @@ impl Options {
                 engine,
                 keep_quant,
                 interleave,
+                overrides,
                 bundle,
-            } => serde_json::json!({
-                "mode": "cq4",
-                "bits": 4,
-                "layout": if *engine { "engine" } else { "source" },
-                "torch_dtype": dtype,
-                "seed": bundle.seed(),
-                "keep_quant": keep_quant,
-                "interleave": interleave.factor(),
-            }),
+            } => {
+                let mut j = serde_json::json!({
+                    "mode": "cq4",
+                    "bits": 4,
+                    "layout": if *engine { "engine" } else { "source" },
+                    "torch_dtype": dtype,
+                    "seed": bundle.seed(),
+                    "keep_quant": keep_quant,
+                    "interleave": interleave.factor(),
+                });
+                if !overrides.is_empty() {
+                    j["tensor_type"] = overrides
+                        .iter()
+                        .map(|o| format!("{}={}", o.pattern, o.ty))
+                        .collect();
+                }
+                j
+            }
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::engine::{self, policy, EngineTensor};
 use crate::extra::{Extra, ExtraContent};
 use crate::failure::bad_input;
 use crate::materialize::Transform;
-use crate::mixture::has_sidecar;
+use crate::mixture::{has_sidecar, matching};
 use crate::options::{Mode, Options};
 use crate::outdir::{self, NameAllocator};
 
@@ -425,9 +425,17 @@ fn action_for<'o>(
         Mode::Cq4 {
             keep_quant,
             interleave,
+            overrides,
             bundle,
             ..
         } => match (sidecar_type.filter(|_| *keep_quant), t.dtype) {
+            (_, Dtype::Ggml(g))
+                if matrix && t.role.is_matrix() && matching(overrides, &t.name).is_some() =>
+            {
+                decodable(cat, t, g)?;
+                let ty = matching(overrides, &t.name).map(|o| o.ty).unwrap_or(g);
+                cq4_override(cat, t, ty, *interleave)?
+            }
             (Some(ty), _) => Action::Sidecar {
                 ty,
                 interleave: *interleave,
@@ -461,6 +469,32 @@ fn action_for<'o>(
                 Action::Source
             }
         }
+    })
+}
+
+/// The action of a CQ4-mode `--tensor-type` rule: plain FP16 for `f16`,
+/// else a sidecar of `ty` (after llama.cpp's fallback), requantized.
+fn cq4_override<'o>(
+    cat: &Catalogue,
+    t: &Tensor,
+    ty: GgmlType,
+    interleave: Interleave,
+) -> Result<Action<'o>> {
+    if ty == GgmlType::F16 {
+        return Ok(Action::Plain);
+    }
+    let k = t.ncols();
+    let f = crate::mixture::fallback(ty, k);
+    if !has_sidecar(f) || !k.is_multiple_of(f.block_size() as u64) {
+        return Err(bad_input(format!(
+            "{}: --tensor-type {ty}: rows of {k} values fit neither {ty} nor its fallback {f}",
+            at(cat, t)
+        )));
+    }
+    Ok(Action::Sidecar {
+        ty: f,
+        interleave,
+        requantize: true,
     })
 }
 
