@@ -17,12 +17,17 @@
 //! - [`PanelTensorView`], [`qdq`], [`embedding_row`]: validate and dequantize
 //!   a written tensor with the same arithmetic the encoder uses.
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+// `unsafe` only in the SIMD filter kernels (`filter/{avx2,avx512,neon}.rs`,
+// which allow it), every block with a `// SAFETY:` comment.
+#![deny(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod codebook;
 mod decode;
 mod encode;
 mod error;
+pub mod filter;
 pub mod hadamard;
 pub mod orthogonal;
 pub mod rng;
@@ -31,6 +36,7 @@ pub use codebook::Codebook;
 pub use decode::{embedding_row, qdq, PanelTensorView};
 pub use encode::{Bundle, PanelEncoder, NORM_FLOOR};
 pub use error::Cq4Error;
+pub use filter::{FilterIsa, ALL_FILTER_ISAS};
 pub use hadamard::HadamardRotation;
 pub use orthogonal::OrthogonalRotation;
 pub use rng::{SplitMix64, DEFAULT_SEED};
