@@ -12,9 +12,10 @@ use weights_file::Header;
 use crate::codebook::{self, cb_scale_of, codebook_i8, index_of, Codebook, LEVELS};
 use crate::decode::{decode_rows, Decoder, RtSource};
 use crate::error::Cq4Error;
-use crate::filter::{self, APack, FilterIsa, KB, MR, NR};
-use crate::hadamard::{fwht128, sqrt128, HadamardRotation, FIXED_MAGIC, HADAMARD_N};
+use crate::hadamard::{HadamardRotation, FIXED_MAGIC, HADAMARD_N};
+use crate::hadamard_quant::{Batch, BatchIdx, HadamardQuant, LANES};
 use crate::orthogonal::OrthogonalRotation;
+use crate::simd::{self, APack, EncodeIsa, KB, MR, NR};
 use weights_file::fp16::{f16_bits_to_f32, f16_bits_to_f64, f64_to_f16_bits, F16_ONE};
 use weights_file::panel::RotationFamily as Family;
 use weights_file::panel_view::GROUP as GROUP_SIZE;
@@ -133,6 +134,7 @@ impl Bundle {
             },
         };
         let table = DecisionTable::new(&codebook.midpoints, filter_bound);
+        let hquant = HadamardQuant::new(&self.hadamard, &codebook.midpoints, NORM_FLOOR);
         Ok(PanelEncoder {
             family,
             k,
@@ -147,7 +149,8 @@ impl Bundle {
             table,
             decoder,
             fallbacks: AtomicU64::new(0),
-            isa: FilterIsa::best(),
+            isa: EncodeIsa::best(),
+            hquant,
         })
     }
 }
@@ -251,7 +254,8 @@ pub struct PanelEncoder {
     table: DecisionTable,
     decoder: Decoder,
     fallbacks: AtomicU64,
-    isa: FilterIsa,
+    isa: EncodeIsa,
+    hquant: HadamardQuant,
 }
 
 impl std::fmt::Debug for PanelEncoder {
@@ -266,7 +270,7 @@ impl std::fmt::Debug for PanelEncoder {
             .field("cb_scale", &self.cb_scale)
             .field("filter_bound", &self.filter_bound)
             .field("exact_fallbacks", &self.exact_fallbacks())
-            .field("filter_isa", &self.isa)
+            .field("isa", &self.isa)
             .finish_non_exhaustive()
     }
 }
@@ -349,14 +353,14 @@ impl PanelEncoder {
     }
 
     /// The tier of the orthogonal family's f32 filter tile (default:
-    /// [`FilterIsa::best`]). The bytes do not depend on it.
-    pub fn filter_isa(&self) -> FilterIsa {
+    /// [`EncodeIsa::best`]). The bytes do not depend on it.
+    pub fn isa(&self) -> EncodeIsa {
         self.isa
     }
 
     /// This encoder with the filter tile on `isa`, or `None` if this CPU
     /// cannot run that tier (for tier tests and benchmarks).
-    pub fn with_filter_isa(mut self, isa: FilterIsa) -> Option<Self> {
+    pub fn with_isa(mut self, isa: EncodeIsa) -> Option<Self> {
         isa.supported().then(|| {
             self.isa = isa;
             self
@@ -506,6 +510,10 @@ impl PanelEncoder {
         Ok(bits)
     }
 
+    /// Hadamard family: the (row, group) items of the super-block in order,
+    /// [`LANES`] at a time through the batch quantizer (§CQ4.7.1 per lane).
+    /// Errors are reported in item order (a row's non-finite value before
+    /// its groups' norms), as a row-by-row loop would.
     fn hadamard_superblock(
         &self,
         row0: usize,
@@ -516,48 +524,36 @@ impl PanelEncoder {
     ) -> Result<(), Cq4Error> {
         let k = self.k;
         let ng = self.geometry.num_groups();
-        let mid = &self.codebook.midpoints;
-        let had = &self.hadamard;
-        let s128 = sqrt128();
-        for c in 0..cnt {
-            let row = &rows[c * k..(c + 1) * k];
-            self.check_finite(row0 + c, row)?;
-            for g in 0..ng {
-                let mut v = [0.0f64; HADAMARD_N];
-                let lo = g * HADAMARD_N;
-                let hi = (lo + HADAMARD_N).min(k);
-                for (d, &x) in v.iter_mut().zip(&row[lo..hi]) {
-                    *d = x as f64;
+        let items = cnt * ng;
+        let mut x: Batch = [[0.0; LANES]; HADAMARD_N];
+        let mut idx: BatchIdx = [[0; HADAMARD_N]; LANES];
+        for it0 in (0..items).step_by(LANES) {
+            let m = (items - it0).min(LANES);
+            for l in 0..LANES {
+                // Missing items of the last batch are zero groups (dropped).
+                let src: &[f32] = if l < m {
+                    let (c, g) = ((it0 + l) / ng, (it0 + l) % ng);
+                    let lo = c * k + g * HADAMARD_N;
+                    &rows[lo..c * k + ((g + 1) * HADAMARD_N).min(k)]
+                } else {
+                    &[]
+                };
+                for (i, v) in x.iter_mut().enumerate() {
+                    v[l] = src.get(i).map_or(0.0, |&w| w as f64);
                 }
-                let norm = clamped_norm(&v);
-                let mut a = [0.0f64; HADAMARD_N];
-                for i in 0..HADAMARD_N {
-                    a[i] = had.left[i] as f64 * fixed(v[i], norm);
+            }
+            let norm = simd::hadamard_batch(self.isa, &self.hquant, &mut x, &mut idx);
+            for l in 0..m {
+                let (c, g) = ((it0 + l) / ng, (it0 + l) % ng);
+                if g == 0 {
+                    self.check_finite(row0 + c, &rows[c * k..(c + 1) * k])?;
                 }
-                fwht128(&mut a);
-                let mut rot = [0.0f64; HADAMARD_N];
-                for (d, &p) in rot.iter_mut().zip(&had.perm) {
-                    let p = p as usize;
-                    *d = (had.right[p] as f64 * a[p]) / s128;
-                }
-                // idx_j = #{i : m_i < rot_j}, counted threshold by threshold
-                // so the compiler vectorizes across j.
-                let mut cnt = [0u64; HADAMARD_N];
-                for &t in mid {
-                    for (n, &x) in cnt.iter_mut().zip(&rot) {
-                        *n += (t < x) as u64;
-                    }
-                }
-                let mut idx = [0u8; HADAMARD_N];
-                for (d, &n) in idx.iter_mut().zip(&cnt) {
-                    *d = n as u8;
-                }
-                for (kg, q) in idx.chunks_exact(4).enumerate() {
+                for (kg, q) in idx[l].chunks_exact(4).enumerate() {
                     let byte = (g * (GROUP_SIZE / 4) + kg) * 128 + 2 * c;
                     panel[byte] = q[0] | (q[1] << 4);
                     panel[byte + 1] = q[2] | (q[3] << 4);
                 }
-                norms[c * ng + g] = self.stored_norm(row0 + c, g, norm)?;
+                norms[c * ng + g] = self.stored_norm(row0 + c, g, norm[l])?;
             }
         }
         Ok(())
@@ -595,9 +591,6 @@ impl PanelEncoder {
         uf.resize(cnt * kp, 0.0);
         apack.clear();
         apack.resize(nrb * kp, [0.0f32; MR]);
-        for c in 0..cnt {
-            self.check_finite(row0 + c, &rows[c * k..(c + 1) * k])?;
-        }
         for rb in 0..nrb {
             let c0 = rb * MR;
             let m = (cnt - c0).min(MR);
@@ -617,6 +610,8 @@ impl PanelEncoder {
             let ap = &mut apack[rb * kp..(rb + 1) * kp];
             for r in 0..m {
                 let c = c0 + r;
+                // Row order of errors: this row's values, then its norm.
+                self.check_finite(row0 + c, rr[r])?;
                 let norm = ss[r].sqrt().max(NORM_FLOOR);
                 let ufr = &mut uf[c * kp..(c + 1) * kp];
                 // Padding columns stay 0 (= fixed(0, norm)).
@@ -640,7 +635,7 @@ impl PanelEncoder {
                 let j0 = p * NR;
                 let quad0 = (j0 / GROUP_SIZE) * (GROUP_SIZE / 4) + (j0 % GROUP_SIZE) / 4;
                 for rb in rb0..rb1 {
-                    let acc = filter::tile(self.isa, &apack[rb * kp..(rb + 1) * kp], bpanel);
+                    let acc = simd::tile(self.isa, &apack[rb * kp..(rb + 1) * kp], bpanel);
                     for (r, accr) in acc.iter().enumerate() {
                         let c = rb * MR + r;
                         if c >= cnt {
@@ -880,7 +875,7 @@ mod tests {
                 })
                 .collect();
             let (bpanels, _) = rot.packed.as_chunks::<NR>();
-            for t in filter::FilterIsa::available() {
+            for t in simd::EncodeIsa::available() {
                 let mut worst = 0.0f64;
                 for rb in ufs.chunks(MR) {
                     let mut apack = vec![[0.0f32; MR]; kp];
@@ -890,8 +885,8 @@ mod tests {
                         }
                     }
                     for (p, bpanel) in bpanels.chunks_exact(kp).enumerate() {
-                        let est = filter::tile(t, &apack, bpanel);
-                        let sc = filter::scalar_tile(&apack, bpanel);
+                        let est = simd::tile(t, &apack, bpanel);
+                        let sc = simd::scalar_tile(&apack, bpanel);
                         for (r, uf) in rb.iter().enumerate() {
                             for q in 0..NR {
                                 let j = p * NR + q;

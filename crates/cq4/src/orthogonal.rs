@@ -27,8 +27,8 @@
 use rayon::prelude::*;
 
 use crate::error::Cq4Error;
-use crate::filter::NR;
 use crate::rng::{fill_gaussian, SplitMix64, ORTHOGONAL_SEED_TAG};
+use crate::simd::NR;
 use weights_file::fp16::{f16_bits_to_f32, f64_to_f16_bits};
 
 /// Column-panel width of the right-looking test oracle.

@@ -7,6 +7,7 @@
 use std::arch::x86_64::*;
 
 use super::{APack, BRow, Tile, KB, MR, NR};
+use crate::hadamard_quant::{Batch, BatchIdx, HadamardQuant, LANES};
 
 /// Safe entry: checks the CPU, then runs the kernel.
 pub(super) fn tile(a: &[APack], b: &[BRow]) -> Tile {
@@ -56,4 +57,17 @@ fn tile_avx2(a: &[APack], b: &[BRow]) -> Tile {
         }
     }
     res
+}
+
+/// The Hadamard batch quantizer compiled with AVX2 (the portable body,
+/// 4 f64 lanes per register; no FMA, no reassociation: the same values).
+pub(super) fn hadamard_batch(q: &HadamardQuant, x: &mut Batch, idx: &mut BatchIdx) -> [f64; LANES] {
+    assert!(std::arch::is_x86_feature_detected!("avx2"));
+    // SAFETY: AVX2 was detected on this CPU just above.
+    unsafe { hadamard_batch_avx2(q, x, idx) }
+}
+
+#[target_feature(enable = "avx2")]
+fn hadamard_batch_avx2(q: &HadamardQuant, x: &mut Batch, idx: &mut BatchIdx) -> [f64; LANES] {
+    q.batch(x, idx)
 }

@@ -1,5 +1,7 @@
-//! The orthogonal family's f32 filter tile, one implementation per ISA tier,
-//! selected at run time.
+//! The quantizer's hot loops, one implementation per ISA tier, selected at
+//! run time: the orthogonal family's f32 filter tile and the Hadamard
+//! family's batch quantizer ([`crate::hadamard_quant`], exact arithmetic,
+//! the same values on every tier).
 //!
 //! The tile computes, for `MR` rows of `uf` (rounded to f32) and the `NR`
 //! columns of one packed panel of R, estimates of `rot_j = sum_k uf_k R[k][j]`:
@@ -13,14 +15,16 @@
 //! multiply-add (AVX2+FMA, AVX-512F, NEON), in any order; each block sum is
 //! converted to f64 exactly and the `Kp / KB` block sums are added in f64.
 //!
-//! Tiers: [`FilterIsa::Scalar`] (portable, the reference),
-//! [`FilterIsa::Avx2`] (x86-64 AVX2 + FMA), [`FilterIsa::Avx512`] (x86-64
-//! AVX-512F), [`FilterIsa::Neon`] (aarch64 Advanced SIMD). The best tier the
+//! Tiers: [`EncodeIsa::Scalar`] (portable, the reference),
+//! [`EncodeIsa::Avx2`] (x86-64 AVX2 + FMA), [`EncodeIsa::Avx512`] (x86-64
+//! AVX-512F), [`EncodeIsa::Neon`] (aarch64 Advanced SIMD). The best tier the
 //! CPU has is used unless the environment variable [`FORCE_ENV`] (shared
 //! with the `kernels` crate: `CONVERT_FORCE_ISA=scalar|avx2|avx512|neon`)
 //! caps it.
 
 use std::sync::OnceLock;
+
+use crate::hadamard_quant::{Batch, BatchIdx, HadamardQuant, LANES};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -51,7 +55,7 @@ pub const FORCE_ENV: &str = "CONVERT_FORCE_ISA";
 
 /// An implementation tier of the filter tile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum FilterIsa {
+pub enum EncodeIsa {
     /// Portable code (the compiler's auto-vectorization for the build target).
     Scalar,
     /// x86-64 AVX2 + FMA (8-wide f32, fused multiply-add).
@@ -63,45 +67,49 @@ pub enum FilterIsa {
 }
 
 /// Every tier this crate knows.
-pub const ALL_FILTER_ISAS: [FilterIsa; 4] = [
-    FilterIsa::Scalar,
-    FilterIsa::Avx2,
-    FilterIsa::Avx512,
-    FilterIsa::Neon,
+pub const ALL_ENCODE_ISAS: [EncodeIsa; 4] = [
+    EncodeIsa::Scalar,
+    EncodeIsa::Avx2,
+    EncodeIsa::Avx512,
+    EncodeIsa::Neon,
 ];
 
-impl FilterIsa {
+impl EncodeIsa {
     /// Lower-case name (`scalar`, `avx2`, `avx512`, `neon`).
     pub fn name(self) -> &'static str {
         match self {
-            FilterIsa::Scalar => "scalar",
-            FilterIsa::Avx2 => "avx2",
-            FilterIsa::Avx512 => "avx512",
-            FilterIsa::Neon => "neon",
+            EncodeIsa::Scalar => "scalar",
+            EncodeIsa::Avx2 => "avx2",
+            EncodeIsa::Avx512 => "avx512",
+            EncodeIsa::Neon => "neon",
         }
     }
 
     /// Whether this CPU (and build) can run the tier, ignoring [`FORCE_ENV`].
     pub fn supported(self) -> bool {
         match self {
-            FilterIsa::Scalar => true,
+            EncodeIsa::Scalar => true,
             #[cfg(target_arch = "x86_64")]
-            FilterIsa::Avx2 => {
+            EncodeIsa::Avx2 => {
                 std::arch::is_x86_feature_detected!("avx2")
                     && std::arch::is_x86_feature_detected!("fma")
             }
             #[cfg(target_arch = "x86_64")]
-            FilterIsa::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            // The tier also runs the AVX2 Hadamard kernel.
+            EncodeIsa::Avx512 => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx2")
+            }
             #[cfg(target_arch = "aarch64")]
-            FilterIsa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            EncodeIsa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
             #[allow(unreachable_patterns)]
             _ => false,
         }
     }
 
     /// Tiers this CPU can run, lowest first (ignoring [`FORCE_ENV`]).
-    pub fn available() -> Vec<FilterIsa> {
-        ALL_FILTER_ISAS
+    pub fn available() -> Vec<EncodeIsa> {
+        ALL_ENCODE_ISAS
             .into_iter()
             .filter(|t| t.supported())
             .collect()
@@ -110,43 +118,59 @@ impl FilterIsa {
     /// The tier the encoder uses by default: the highest supported one, at
     /// or below the [`FORCE_ENV`] cap (an unknown value or a tier of the
     /// other architecture leaves `scalar`). Probed once.
-    pub fn best() -> FilterIsa {
-        static BEST: OnceLock<FilterIsa> = OnceLock::new();
+    pub fn best() -> EncodeIsa {
+        static BEST: OnceLock<EncodeIsa> = OnceLock::new();
         *BEST.get_or_init(|| {
             let cap = std::env::var(FORCE_ENV).ok();
-            let allowed = |t: FilterIsa| match cap.as_deref() {
+            let allowed = |t: EncodeIsa| match cap.as_deref() {
                 None | Some("") => true,
                 Some(c) => matches!(
                     (c, t),
-                    (_, FilterIsa::Scalar)
-                        | ("avx512", FilterIsa::Avx2 | FilterIsa::Avx512)
-                        | ("avx2", FilterIsa::Avx2)
-                        | ("neon" | "sme2", FilterIsa::Neon)
+                    (_, EncodeIsa::Scalar)
+                        | ("avx512", EncodeIsa::Avx2 | EncodeIsa::Avx512)
+                        | ("avx2", EncodeIsa::Avx2)
+                        | ("neon" | "sme2", EncodeIsa::Neon)
                 ),
             };
-            FilterIsa::available()
+            EncodeIsa::available()
                 .into_iter()
                 .filter(|&t| allowed(t))
                 .max()
-                .unwrap_or(FilterIsa::Scalar)
+                .unwrap_or(EncodeIsa::Scalar)
         })
     }
 }
 
 /// The tile on `isa`: `a` and `b` have the same length, a multiple of
-/// [`KB`]. `isa` must be [`FilterIsa::supported`] (the encoder only stores a
+/// [`KB`]. `isa` must be [`EncodeIsa::supported`] (the encoder only stores a
 /// supported tier); an unsupported one falls back to scalar.
 #[inline]
-pub(crate) fn tile(isa: FilterIsa, a: &[APack], b: &[BRow]) -> Tile {
+pub(crate) fn tile(isa: EncodeIsa, a: &[APack], b: &[BRow]) -> Tile {
     assert!(a.len() == b.len() && a.len().is_multiple_of(KB));
     match isa {
         #[cfg(target_arch = "x86_64")]
-        FilterIsa::Avx2 if isa.supported() => avx2::tile(a, b),
+        EncodeIsa::Avx2 if isa.supported() => avx2::tile(a, b),
         #[cfg(target_arch = "x86_64")]
-        FilterIsa::Avx512 if isa.supported() => avx512::tile(a, b),
+        EncodeIsa::Avx512 if isa.supported() => avx512::tile(a, b),
         #[cfg(target_arch = "aarch64")]
-        FilterIsa::Neon if isa.supported() => neon::tile(a, b),
+        EncodeIsa::Neon if isa.supported() => neon::tile(a, b),
         _ => scalar_tile(a, b),
+    }
+}
+
+/// The Hadamard batch quantizer on `isa` (x86-64 tiers: the portable body
+/// compiled with AVX2; elsewhere the portable body as built).
+#[inline]
+pub(crate) fn hadamard_batch(
+    isa: EncodeIsa,
+    q: &HadamardQuant,
+    x: &mut Batch,
+    idx: &mut BatchIdx,
+) -> [f64; LANES] {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx2 | EncodeIsa::Avx512 if isa.supported() => avx2::hadamard_batch(q, x, idx),
+        _ => q.batch(x, idx),
     }
 }
 

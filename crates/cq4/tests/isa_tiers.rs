@@ -1,9 +1,10 @@
-//! Every filter tier this CPU has against the scalar tier, bit for bit on
-//! the encoder's outputs (panels, norms, scales blob), and against the exact
-//! f64 reference indices. Tiers the CPU lacks are skipped with a message.
+//! Every encoder ISA tier this CPU has against the scalar tier, bit for bit
+//! on the encoder's outputs (panels, norms, scales blob) of both families,
+//! and the orthogonal scalar tier against the exact f64 reference indices.
+//! Tiers the CPU lacks are skipped with a message.
 
 use cq4::rng::fill_gaussian;
-use cq4::{Bundle, Family, FilterIsa, PanelEncoder, SplitMix64, ALL_FILTER_ISAS, DEFAULT_SEED};
+use cq4::{Bundle, EncodeIsa, Family, PanelEncoder, SplitMix64, ALL_ENCODE_ISAS, DEFAULT_SEED};
 
 fn gaussian(n: usize, k: usize, seed: u64, scale: f64) -> Vec<f32> {
     let mut v = vec![0f64; n * k];
@@ -22,14 +23,14 @@ fn encode(enc: &PanelEncoder, w: &[f32]) -> (Vec<u8>, Vec<u16>, Vec<u8>) {
 }
 
 /// The tiers to test; prints why the others are skipped.
-fn tiers() -> Vec<FilterIsa> {
+fn tiers() -> Vec<EncodeIsa> {
     let mut out = vec![];
-    for t in ALL_FILTER_ISAS {
+    for t in ALL_ENCODE_ISAS {
         if t.supported() {
             out.push(t);
         } else {
             eprintln!(
-                "skipping filter tier {}: not supported by this CPU / build",
+                "skipping encoder tier {}: not supported by this CPU / build",
                 t.name()
             );
         }
@@ -83,18 +84,18 @@ fn cases(bundle: &Bundle, n: usize, k: usize) -> Vec<Vec<f32>> {
 }
 
 #[test]
-fn every_filter_tier_gives_the_scalar_bytes() {
+fn every_tier_gives_the_scalar_orthogonal_bytes() {
     let bundle = Bundle::new(DEFAULT_SEED);
     let tiers = tiers();
     eprintln!(
-        "filter tiers tested: {:?}; default {:?}",
+        "encoder tiers tested: {:?}; default {:?}",
         tiers,
-        FilterIsa::best()
+        EncodeIsa::best()
     );
     for (n, k) in [(100usize, 128usize), (70, 640), (64, 200), (130, 256)] {
         for (ci, w) in cases(&bundle, n, k).iter().enumerate() {
             let base = bundle.encoder(Family::Orthogonal, n, k).unwrap();
-            let scalar = base.with_filter_isa(FilterIsa::Scalar).unwrap();
+            let scalar = base.with_isa(EncodeIsa::Scalar).unwrap();
             let want = encode(&scalar, w);
             // The scalar bytes are the exact reference's.
             let g = scalar.geometry();
@@ -116,7 +117,7 @@ fn every_filter_tier_gives_the_scalar_bytes() {
                 let enc = bundle
                     .encoder(Family::Orthogonal, n, k)
                     .unwrap()
-                    .with_filter_isa(t)
+                    .with_isa(t)
                     .unwrap();
                 let got = encode(&enc, w);
                 assert!(got.0 == want.0, "{t:?} {n}x{k} case {ci}: panels differ");
@@ -133,11 +134,40 @@ fn every_filter_tier_gives_the_scalar_bytes() {
 }
 
 #[test]
+fn every_tier_gives_the_scalar_hadamard_bytes() {
+    let bundle = Bundle::new(DEFAULT_SEED);
+    let tiers = tiers();
+    // Shapes with 1, 2, 5 and 3 (partial last) groups and partial
+    // super-blocks, so batches of 4 items straddle rows and end short.
+    for (n, k) in [(70usize, 128usize), (64, 256), (129, 640), (33, 300)] {
+        for (ci, w) in cases(&bundle, n, k).iter().enumerate() {
+            let scalar = bundle
+                .encoder(Family::Hadamard, n, k)
+                .unwrap()
+                .with_isa(EncodeIsa::Scalar)
+                .unwrap();
+            let want = encode(&scalar, w);
+            for &t in &tiers {
+                let enc = bundle
+                    .encoder(Family::Hadamard, n, k)
+                    .unwrap()
+                    .with_isa(t)
+                    .unwrap();
+                let got = encode(&enc, w);
+                assert!(got.0 == want.0, "{t:?} {n}x{k} case {ci}: panels differ");
+                assert_eq!(got.1, want.1, "{t:?} {n}x{k} case {ci}: norms differ");
+                assert!(got.2 == want.2, "{t:?} {n}x{k} case {ci}: blob differs");
+            }
+        }
+    }
+}
+
+#[test]
 fn unsupported_tiers_are_refused() {
     let bundle = Bundle::new(DEFAULT_SEED);
-    for t in ALL_FILTER_ISAS {
+    for t in ALL_ENCODE_ISAS {
         let enc = bundle.encoder(Family::Orthogonal, 64, 128).unwrap();
-        assert_eq!(enc.with_filter_isa(t).is_some(), t.supported(), "{t:?}");
+        assert_eq!(enc.with_isa(t).is_some(), t.supported(), "{t:?}");
     }
-    assert!(FilterIsa::best().supported());
+    assert!(EncodeIsa::best().supported());
 }
