@@ -526,7 +526,7 @@ impl PanelEncoder {
         let ng = self.geometry.num_groups();
         let items = cnt * ng;
         let mut x: Batch = [[0.0; LANES]; HADAMARD_N];
-        let mut idx: BatchIdx = [[0; HADAMARD_N]; LANES];
+        let mut idx: BatchIdx = [[0; LANES]; HADAMARD_N];
         for it0 in (0..items).step_by(LANES) {
             let m = (items - it0).min(LANES);
             for l in 0..LANES {
@@ -548,10 +548,10 @@ impl PanelEncoder {
                 if g == 0 {
                     self.check_finite(row0 + c, &rows[c * k..(c + 1) * k])?;
                 }
-                for (kg, q) in idx[l].chunks_exact(4).enumerate() {
+                for (kg, q) in idx.chunks_exact(4).enumerate() {
                     let byte = (g * (GROUP_SIZE / 4) + kg) * 128 + 2 * c;
-                    panel[byte] = q[0] | (q[1] << 4);
-                    panel[byte + 1] = q[2] | (q[3] << 4);
+                    panel[byte] = q[0][l] | (q[1][l] << 4);
+                    panel[byte + 1] = q[2][l] | (q[3][l] << 4);
                 }
                 norms[c * ng + g] = self.stored_norm(row0 + c, g, norm[l])?;
             }

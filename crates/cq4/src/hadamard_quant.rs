@@ -21,18 +21,18 @@ pub(crate) const LANES: usize = 4;
 /// A batch: `x[i][l]` = value `i` of item `l`'s group, as f64.
 pub(crate) type Batch = [[f64; LANES]; HADAMARD_N];
 
-/// The batch's indices: `idx[l][j]` for item `l`, column `j`.
-pub(crate) type BatchIdx = [[u8; HADAMARD_N]; LANES];
+/// The batch's indices: `idx[j][l]` for column `j` of item `l`.
+pub(crate) type BatchIdx = [[u8; LANES]; HADAMARD_N];
 
 /// Per-encoder constants of the batch quantizer.
 #[derive(Debug, Clone)]
 pub(crate) struct HadamardQuant {
     left: [f64; HADAMARD_N],
     /// For output column `j`: `perm[j]` and `right[perm[j]]`.
-    perm: [usize; HADAMARD_N],
-    right: [f64; HADAMARD_N],
+    pub(crate) perm: [usize; HADAMARD_N],
+    pub(crate) right: [f64; HADAMARD_N],
     /// `Y_i`: `m_i < fl(y / SQRT128)` iff `y > Y_i`.
-    pre: [f64; LEVELS - 1],
+    pub(crate) pre: [f64; LEVELS - 1],
     norm_floor: f64,
 }
 
@@ -67,9 +67,17 @@ impl HadamardQuant {
     }
 
     /// Quantize one batch in place: returns the clamped norms and writes
-    /// `idx[l][j]` (the index of column `j` of item `l`).
+    /// `idx[j][l]` (the index of column `j` of item `l`).
     #[inline(always)]
     pub(crate) fn batch(&self, x: &mut Batch, idx: &mut BatchIdx) -> [f64; LANES] {
+        let norm = self.transform(x);
+        self.indices(x, idx);
+        norm
+    }
+
+    /// The norms, and `x` replaced by `h = FWHT(left * uf)` per lane.
+    #[inline(always)]
+    pub(crate) fn transform(&self, x: &mut Batch) -> [f64; LANES] {
         // ss = sum v_i * v_i, sequential in i (per lane).
         let mut ss = [0.0f64; LANES];
         for v in x.iter() {
@@ -98,6 +106,12 @@ impl HadamardQuant {
             }
             h *= 2;
         }
+        norm
+    }
+
+    /// `idx[j][l]` from `h` (portable).
+    #[inline(always)]
+    pub(crate) fn indices(&self, x: &Batch, idx: &mut BatchIdx) {
         // index_j = #{i : m_i < (right[p] * h[p]) / SQRT128} = #{i : Y_i < right[p] * h[p]}.
         for (j, (&p, &r)) in self.perm.iter().zip(&self.right).enumerate() {
             let y = x[p].map(|v| r * v);
@@ -107,11 +121,8 @@ impl HadamardQuant {
                     cnt[l] += (t < y[l]) as u64;
                 }
             }
-            for l in 0..LANES {
-                idx[l][j] = cnt[l] as u8;
-            }
+            idx[j] = cnt.map(|c| c as u8);
         }
-        norm
     }
 }
 
