@@ -47,7 +47,8 @@ bf16), so memory stays at a few tens of MB whatever the size. The output
 is written under OUT.tmp and renamed into place.
 
 Usage: scripts/gen_big_model.py OUT [--format safetensors-bf16|gguf-f32]
-           [--seed 0] [--layers 18] [--ffn 8704] [--only embedding|layers]
+           [--seed 0] [--layers 18] [--ffn 8704] [--vocab 262144]
+           [--only embedding|layers]
 Needs: numpy (and gguf for gguf-f32): scripts/requirements.txt.
 """
 import argparse
@@ -90,10 +91,10 @@ LAYER = [
 ]
 
 
-def plan(layers, ffn, only):
+def plan(layers, ffn, only, vocab=VOCAB):
     """[(index, hf name, gguf name, shape)] in file order. `index` (the
     position in the full model) seeds the tensor's generator."""
-    full = [("model.embed_tokens.weight", "token_embd.weight", (VOCAB, HIDDEN))]
+    full = [("model.embed_tokens.weight", "token_embd.weight", (vocab, HIDDEN))]
     for i in range(layers):
         for hf, gg, shape in LAYER:
             full.append((f"model.layers.{i}.{hf}", f"blk.{i}.{gg}", shape(ffn)))
@@ -138,7 +139,7 @@ def chunks(seed, idx, shape):
         done += m
 
 
-def config(layers, ffn, only):
+def config(layers, ffn, only, vocab=VOCAB):
     return {
         "architectures": ["Gemma3ForCausalLM"],
         "model_type": "gemma3",
@@ -148,7 +149,7 @@ def config(layers, ffn, only):
         "num_attention_heads": N_HEAD,
         "num_key_value_heads": N_KV_HEAD,
         "head_dim": HEAD_DIM,
-        "vocab_size": VOCAB,
+        "vocab_size": vocab,
         "max_position_embeddings": 32768,
         "rms_norm_eps": 1e-06,
         "rope_theta": 1000000.0,
@@ -202,7 +203,7 @@ def write_gguf(out_file, tensors, seed, cfg):
     w.add_key_length(HEAD_DIM)
     w.add_value_length(HEAD_DIM)
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    w.add_vocab_size(VOCAB)
+    w.add_vocab_size(cfg["vocab_size"])
     w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
     for _, _, name, shape in tensors:
         w.add_tensor_info(name, shape, np.dtype(np.float32), 4 * numel(shape))
@@ -230,15 +231,17 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, default=LAYERS)
     ap.add_argument("--ffn", type=int, default=FFN, help=f"feed-forward width (default {FFN})")
+    ap.add_argument("--vocab", type=int, default=VOCAB,
+                    help=f"embedding rows (default {VOCAB}; smaller for a quick benchmark)")
     ap.add_argument("--only", choices=["embedding", "layers"],
                     help="write only the token embedding, or only the rest")
     args = ap.parse_args()
-    if args.layers < 0 or args.ffn < 1:
-        ap.error("--layers must be >= 0 and --ffn >= 1")
+    if args.layers < 0 or args.ffn < 1 or args.vocab < 1:
+        ap.error("--layers must be >= 0, --ffn and --vocab >= 1")
 
     t0 = time.time()
-    tensors = plan(args.layers, args.ffn, args.only)
-    cfg = config(args.layers, args.ffn, args.only)
+    tensors = plan(args.layers, args.ffn, args.only, args.vocab)
+    cfg = config(args.layers, args.ffn, args.only, args.vocab)
     if args.format == "safetensors-bf16":
         size = write_safetensors(args.out, tensors, args.seed, cfg)
     else:
@@ -247,7 +250,7 @@ def main():
     n_mat = sum(numel(s) for _, _, _, s in tensors if len(s) == 2)
     print(json.dumps({
         "out": args.out, "format": args.format, "seed": args.seed, "layers": args.layers,
-        "ffn": args.ffn, "only": args.only, "tensors": len(tensors), "weights": n,
+        "ffn": args.ffn, "vocab": args.vocab, "only": args.only, "tensors": len(tensors), "weights": n,
         "matrix_weights": n_mat, "data_file_bytes": size,
         "seconds": round(time.time() - t0, 1),
     }), file=sys.stderr)

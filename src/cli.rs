@@ -379,7 +379,8 @@ pub struct ConvertArgs {
     pub force: bool,
 
     /// Skip the check `convert` runs on what it wrote (the same as `convert
-    /// verify`: hashes, validation, GEMV on every ISA against the oracle).
+    /// verify --no-hash`: validation, GEMV on every ISA against the oracle;
+    /// the manifest's hashes were computed while writing).
     #[arg(long)]
     pub no_verify: bool,
 

@@ -17,7 +17,11 @@
 //! - [`PanelTensorView`], [`qdq`], [`embedding_row`]: validate and dequantize
 //!   a written tensor with the same arithmetic the encoder uses.
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+// `unsafe` only in the SIMD kernels (`simd/{avx2,avx512,neon}.rs`,
+// which allow it), every block with a `// SAFETY:` comment.
+#![deny(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod awq;
 pub mod codebook;
@@ -25,8 +29,10 @@ mod decode;
 mod encode;
 mod error;
 pub mod hadamard;
+mod hadamard_quant;
 pub mod orthogonal;
 pub mod rng;
+pub mod simd;
 
 pub use codebook::Codebook;
 pub use decode::{embedding_row, qdq, PanelTensorView};
@@ -35,6 +41,7 @@ pub use error::Cq4Error;
 pub use hadamard::HadamardRotation;
 pub use orthogonal::OrthogonalRotation;
 pub use rng::{SplitMix64, DEFAULT_SEED};
+pub use simd::{EncodeIsa, ALL_ENCODE_ISAS};
 /// fp16 conversions (the container's; re-exported for the encoder's users).
 pub use weights_file::fp16;
 pub use weights_file::panel::{PanelError, PanelGeometry, RotationFamily as Family};

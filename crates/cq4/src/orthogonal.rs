@@ -28,13 +28,12 @@ use rayon::prelude::*;
 
 use crate::error::Cq4Error;
 use crate::rng::{fill_gaussian, SplitMix64, ORTHOGONAL_SEED_TAG};
+use crate::simd::NR;
 use weights_file::fp16::{f16_bits_to_f32, f64_to_f16_bits};
 
 /// Column-panel width of the right-looking test oracle.
 #[cfg(test)]
 const QP: usize = 32;
-/// Column-panel width of the packed rotation used by the encode kernel.
-pub(crate) const NR: usize = 8;
 
 /// Largest supported orthogonal width: the rotation needs `2 * Kp^2` f64 of
 /// working memory (4.3 GB at 16384) and `O(Kp^3)` time.

@@ -1,0 +1,149 @@
+//! The Hadamard family's quantizer (FORMAT.md §CQ4.7.1) on [`LANES`]
+//! groups at once: lane `l` of every `[f64; LANES]` belongs to one
+//! (row, group) item, so every step of the contract (the sequential sum of
+//! squares included) runs per lane in exactly its documented order while
+//! the lanes fill a vector register. Portable code: the `simd` module
+//! compiles the same body again with AVX2 enabled (Rust never contracts
+//! `a * b + c` into an FMA or reassociates, so the values are the same).
+//!
+//! One change of form, not of value: `rot_j = y_j / SQRT128` with
+//! `y_j = right[p] * h[p]` is compared with the thresholds as
+//! `m_i < fl(y_j / SQRT128)  <=>  y_j > Y_i`, where `Y_i` is the largest f64
+//! with `fl(Y_i / SQRT128) <= m_i` (division by a positive constant, then
+//! rounding, is monotone), computed once per encoder; no division per value.
+
+use crate::codebook::LEVELS;
+use crate::hadamard::{sqrt128, HadamardRotation, FIXED_MAGIC, HADAMARD_N};
+
+/// Items per batch (f64 lanes of one AVX2 register).
+pub(crate) const LANES: usize = 4;
+
+/// A batch: `x[i][l]` = value `i` of item `l`'s group, as f64.
+pub(crate) type Batch = [[f64; LANES]; HADAMARD_N];
+
+/// The batch's indices: `idx[j][l]` for column `j` of item `l`.
+pub(crate) type BatchIdx = [[u8; LANES]; HADAMARD_N];
+
+/// Per-encoder constants of the batch quantizer.
+#[derive(Debug, Clone)]
+pub(crate) struct HadamardQuant {
+    left: [f64; HADAMARD_N],
+    /// For output column `j`: `perm[j]` and `right[perm[j]]`.
+    pub(crate) perm: [usize; HADAMARD_N],
+    pub(crate) right: [f64; HADAMARD_N],
+    /// `Y_i`: `m_i < fl(y / SQRT128)` iff `y > Y_i`.
+    pub(crate) pre: [f64; LEVELS - 1],
+    norm_floor: f64,
+}
+
+/// The largest f64 `y` with `fl(y / s) <= m` (`s > 0`, `m` finite).
+fn pre_threshold(m: f64, s: f64) -> f64 {
+    let mut y = m * s;
+    while y / s > m {
+        y = y.next_down();
+    }
+    while y.next_up() / s <= m {
+        y = y.next_up();
+    }
+    y
+}
+
+impl HadamardQuant {
+    pub(crate) fn new(h: &HadamardRotation, mid: &[f64; LEVELS - 1], norm_floor: f64) -> Self {
+        let s = sqrt128();
+        let mut perm = [0usize; HADAMARD_N];
+        let mut right = [0.0f64; HADAMARD_N];
+        for j in 0..HADAMARD_N {
+            perm[j] = h.perm[j] as usize;
+            right[j] = h.right[perm[j]] as f64;
+        }
+        HadamardQuant {
+            left: h.left.map(|x| x as f64),
+            perm,
+            right,
+            pre: mid.map(|m| pre_threshold(m, s)),
+            norm_floor,
+        }
+    }
+
+    /// Quantize one batch in place: returns the clamped norms and writes
+    /// `idx[j][l]` (the index of column `j` of item `l`).
+    #[inline(always)]
+    pub(crate) fn batch(&self, x: &mut Batch, idx: &mut BatchIdx) -> [f64; LANES] {
+        let norm = self.transform(x);
+        self.indices(x, idx);
+        norm
+    }
+
+    /// The norms, and `x` replaced by `h = FWHT(left * uf)` per lane.
+    #[inline(always)]
+    pub(crate) fn transform(&self, x: &mut Batch) -> [f64; LANES] {
+        // ss = sum v_i * v_i, sequential in i (per lane).
+        let mut ss = [0.0f64; LANES];
+        for v in x.iter() {
+            for l in 0..LANES {
+                ss[l] += v[l] * v[l];
+            }
+        }
+        let norm = ss.map(|s| s.sqrt().max(self.norm_floor));
+        // a_i = left[i] * ((v_i / norm + MAGIC) - MAGIC).
+        for (v, &s) in x.iter_mut().zip(&self.left) {
+            for l in 0..LANES {
+                v[l] = s * ((v[l] / norm[l] + FIXED_MAGIC) - FIXED_MAGIC);
+            }
+        }
+        // FWHT (exact, §CQ4.11), lane-wise.
+        let mut h = 1;
+        while h < HADAMARD_N {
+            for i in (0..HADAMARD_N).step_by(2 * h) {
+                for t in i..i + h {
+                    let (a, b) = (x[t], x[t + h]);
+                    for l in 0..LANES {
+                        x[t][l] = a[l] + b[l];
+                        x[t + h][l] = a[l] - b[l];
+                    }
+                }
+            }
+            h *= 2;
+        }
+        norm
+    }
+
+    /// `idx[j][l]` from `h` (portable).
+    #[inline(always)]
+    pub(crate) fn indices(&self, x: &Batch, idx: &mut BatchIdx) {
+        // index_j = #{i : m_i < (right[p] * h[p]) / SQRT128} = #{i : Y_i < right[p] * h[p]}.
+        for (j, (&p, &r)) in self.perm.iter().zip(&self.right).enumerate() {
+            let y = x[p].map(|v| r * v);
+            let mut cnt = [0u64; LANES];
+            for &t in &self.pre {
+                for l in 0..LANES {
+                    cnt[l] += (t < y[l]) as u64;
+                }
+            }
+            idx[j] = cnt.map(|c| c as u8);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pre_thresholds_are_exact() {
+        let s = sqrt128();
+        for m in [0.0, -0.0, 0.011, -0.2375697, 0.0827256, 1e-300, -1e-300] {
+            let y0 = pre_threshold(m, s);
+            assert!(y0 / s <= m && y0.next_up() / s > m, "{m}");
+            let mut y = y0;
+            for _ in 0..50 {
+                y = y.next_down();
+            }
+            for _ in 0..100 {
+                assert_eq!(m < y / s, y > y0, "m {m} y {y}");
+                y = y.next_up();
+            }
+        }
+    }
+}
