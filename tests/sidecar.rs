@@ -406,3 +406,80 @@ fn tensor_type_overrides_the_mixture_and_keeps_the_fallback() {
         );
     }
 }
+
+/// `--bits 4 --layout source --tensor-type` mixes other types into a CQ4
+/// bundle: on the f32 model, `token_embd=q8_0` and `ffn_down=q8_0` give
+/// sidecars that unpack to exactly llama.cpp's Q8_0 bytes of those tensors
+/// (the Q8_0 fixture, made by llama-quantize), `attn_v=f16` plain FP16 files
+/// of the source values, every other matrix CQ4 panels; the options record
+/// the rules. The engine layout and keep mode without --qtype refuse them.
+#[test]
+fn cq4_tensor_type_mixes_llama_cpp_sidecars_and_fp16() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f32_model = fixture("models/tiny-llama-f32.gguf");
+    let out = tmp.path().join("mix");
+    let rules = ["token_embd=q8_0", "ffn_down=q8_0", "attn_v=f16"];
+    let mut opts = vec!["--bits", "4", "--layout", "source"];
+    for r in &rules {
+        opts.extend(["--tensor-type", r]);
+    }
+    let o = convert_into(&f32_model, &out, &opts);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m = manifest(&out);
+    assert_eq!(
+        m["options"]["tensor_type"],
+        serde_json::json!(["token_embd=Q8_0", "ffn_down=Q8_0", "attn_v=F16"])
+    );
+    let q8 = Catalogue::open(&fixture("models/tiny-llama-Q8_0.gguf")).unwrap();
+    let src = Catalogue::open(&f32_model).unwrap();
+    let mut layouts = std::collections::BTreeMap::new();
+    for e in m["tensors"].as_array().unwrap() {
+        let name = e["tensor"].as_str().unwrap();
+        let layout = e["layout"].as_str().unwrap();
+        let bytes = std::fs::read(out.join(e["file"].as_str().unwrap())).unwrap();
+        let f = WeightsFile::parse(&bytes).unwrap();
+        let want = if name.contains("token_embd") || name.contains("ffn_down") {
+            let t = q8.get(name).unwrap();
+            let (reference, rows) = (q8.data(t), t.shape[0] as usize);
+            let mut un = vec![0u8; reference.len()];
+            let row_bytes = reference.len() / rows;
+            interleave::unpack(f.data(), rows, row_bytes, 34, 8, &mut un).unwrap();
+            assert!(un == reference, "{name}: not llama.cpp's Q8_0 bytes");
+            "ggml_r8"
+        } else if name.contains("attn_v") {
+            let t = src.get(name).unwrap();
+            let fp16: Vec<u8> = src
+                .data(t)
+                .chunks_exact(4)
+                .flat_map(|b| {
+                    half::f16::from_f32(f32::from_le_bytes(b.try_into().unwrap())).to_le_bytes()
+                })
+                .collect();
+            assert!(f.data() == fp16, "{name}: not the FP16 source values");
+            "row_major"
+        } else if e["shape"].as_array().unwrap().len() == 2 {
+            "cq4_packed_panels"
+        } else {
+            "row_major"
+        };
+        assert_eq!(layout, want, "{name}");
+        *layouts.entry(layout.to_string()).or_insert(0) += 1;
+    }
+    assert_eq!(layouts["ggml_r8"], 3, "{layouts:?}");
+    assert_eq!(layouts["cq4_packed_panels"], 11, "{layouts:?}");
+    for bad in [
+        vec!["--bits", "4", "--tensor-type", "attn_v=f16"],
+        vec!["--tensor-type", "attn_v=q8_0"],
+        vec![
+            "--bits",
+            "4",
+            "--layout",
+            "source",
+            "--tensor-type",
+            "attn_v=q3_k",
+        ],
+    ] {
+        let o = convert_into(&f32_model, &tmp.path().join("bad"), &bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
+    }
+}
