@@ -169,6 +169,19 @@ impl Options {
     }
 
     fn mode_json(&self) -> serde_json::Value {
+        /// `j` plus the `--tensor-type` rules, when there are any.
+        fn with_rules(
+            mut j: serde_json::Value,
+            rules: &[crate::mixture::Override],
+        ) -> serde_json::Value {
+            if !rules.is_empty() {
+                j["tensor_type"] = rules
+                    .iter()
+                    .map(|o| format!("{}={}", o.pattern, o.ty))
+                    .collect();
+            }
+            j
+        }
         let dtype = self.dtype.name();
         match &self.mode {
             Mode::Plain => serde_json::json!({ "mode": "plain", "torch_dtype": dtype }),
@@ -177,19 +190,13 @@ impl Options {
                 overrides,
                 interleave,
             } => {
-                let mut j = serde_json::json!({
+                let j = serde_json::json!({
                     "mode": "keep",
                     "torch_dtype": dtype,
                     "qtype": qtype.map(|q| q.name()),
                     "interleave": interleave.factor(),
                 });
-                if !overrides.is_empty() {
-                    j["tensor_type"] = overrides
-                        .iter()
-                        .map(|o| format!("{}={}", o.pattern, o.ty))
-                        .collect();
-                }
-                j
+                with_rules(j, overrides)
             }
             Mode::Cq4 {
                 engine,
@@ -198,7 +205,7 @@ impl Options {
                 overrides,
                 bundle,
             } => {
-                let mut j = serde_json::json!({
+                let j = serde_json::json!({
                     "mode": "cq4",
                     "bits": 4,
                     "layout": if *engine { "engine" } else { "source" },
@@ -207,13 +214,7 @@ impl Options {
                     "keep_quant": keep_quant,
                     "interleave": interleave.factor(),
                 });
-                if !overrides.is_empty() {
-                    j["tensor_type"] = overrides
-                        .iter()
-                        .map(|o| format!("{}={}", o.pattern, o.ty))
-                        .collect();
-                }
-                j
+                with_rules(j, overrides)
             }
         }
     }

@@ -119,10 +119,7 @@ fn every_tier_gives_the_scalar_orthogonal_bytes() {
                     .unwrap()
                     .with_isa(t)
                     .unwrap();
-                let got = encode(&enc, w);
-                assert!(got.0 == want.0, "{t:?} {n}x{k} case {ci}: panels differ");
-                assert_eq!(got.1, want.1, "{t:?} {n}x{k} case {ci}: norms differ");
-                assert!(got.2 == want.2, "{t:?} {n}x{k} case {ci}: blob differs");
+                assert_same_bytes(&encode(&enc, w), &want, &format!("{t:?} {n}x{k} case {ci}"));
                 eprintln!(
                     "{} {n}x{k} case {ci}: identical ({} exact fallbacks)",
                     t.name(),
@@ -131,6 +128,17 @@ fn every_tier_gives_the_scalar_orthogonal_bytes() {
             }
         }
     }
+}
+
+/// Panels, norms and scales blob of a tier equal the scalar tier's.
+fn assert_same_bytes(
+    got: &(Vec<u8>, Vec<u16>, Vec<u8>),
+    want: &(Vec<u8>, Vec<u16>, Vec<u8>),
+    at: &str,
+) {
+    assert!(got.0 == want.0, "{at}: panels differ");
+    assert_eq!(got.1, want.1, "{at}: norms differ");
+    assert!(got.2 == want.2, "{at}: blob differs");
 }
 
 #[test]
@@ -153,10 +161,7 @@ fn every_tier_gives_the_scalar_hadamard_bytes() {
                     .unwrap()
                     .with_isa(t)
                     .unwrap();
-                let got = encode(&enc, w);
-                assert!(got.0 == want.0, "{t:?} {n}x{k} case {ci}: panels differ");
-                assert_eq!(got.1, want.1, "{t:?} {n}x{k} case {ci}: norms differ");
-                assert!(got.2 == want.2, "{t:?} {n}x{k} case {ci}: blob differs");
+                assert_same_bytes(&encode(&enc, w), &want, &format!("{t:?} {n}x{k} case {ci}"));
             }
         }
     }
