@@ -114,11 +114,7 @@ fn every_tier_gives_the_scalar_orthogonal_bytes() {
                 }
             }
             for &t in &tiers {
-                let enc = bundle
-                    .encoder(Family::Orthogonal, n, k)
-                    .unwrap()
-                    .with_isa(t)
-                    .unwrap();
+                let enc = tier_encoder(&bundle, Family::Orthogonal, n, k, t);
                 assert_same_bytes(&encode(&enc, w), &want, &format!("{t:?} {n}x{k} case {ci}"));
                 eprintln!(
                     "{} {n}x{k} case {ci}: identical ({} exact fallbacks)",
@@ -128,6 +124,11 @@ fn every_tier_gives_the_scalar_orthogonal_bytes() {
             }
         }
     }
+}
+
+/// An encoder of `family` for `n x k` that runs tier `t`.
+fn tier_encoder(bundle: &Bundle, family: Family, n: usize, k: usize, t: EncodeIsa) -> PanelEncoder {
+    bundle.encoder(family, n, k).unwrap().with_isa(t).unwrap()
 }
 
 /// Panels, norms and scales blob of a tier equal the scalar tier's.
@@ -149,18 +150,10 @@ fn every_tier_gives_the_scalar_hadamard_bytes() {
     // super-blocks, so batches of 4 items straddle rows and end short.
     for (n, k) in [(70usize, 128usize), (64, 256), (129, 640), (33, 300)] {
         for (ci, w) in cases(&bundle, n, k).iter().enumerate() {
-            let scalar = bundle
-                .encoder(Family::Hadamard, n, k)
-                .unwrap()
-                .with_isa(EncodeIsa::Scalar)
-                .unwrap();
+            let scalar = tier_encoder(&bundle, Family::Hadamard, n, k, EncodeIsa::Scalar);
             let want = encode(&scalar, w);
             for &t in &tiers {
-                let enc = bundle
-                    .encoder(Family::Hadamard, n, k)
-                    .unwrap()
-                    .with_isa(t)
-                    .unwrap();
+                let enc = tier_encoder(&bundle, Family::Hadamard, n, k, t);
                 assert_same_bytes(&encode(&enc, w), &want, &format!("{t:?} {n}x{k} case {ci}"));
             }
         }
