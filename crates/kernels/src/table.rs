@@ -28,6 +28,8 @@ pub type RotateFn = unsafe fn(&[f32], &[f32], &[u8], &mut [f32]);
 pub struct Kernels {
     pub(crate) isa: Isa,
     pub(crate) q8_0: GroupFn<ActQ8_0>,
+    pub(crate) q4_0: GroupFn<ActQ8_0>,
+    pub(crate) q4_1: GroupFn<ActQ8_0>,
     pub(crate) q5_0: GroupFn<ActQ8_0>,
     pub(crate) q4_k: GroupFn<BlockQ8K>,
     pub(crate) q5_k: GroupFn<BlockQ8K>,
@@ -56,6 +58,14 @@ impl Kernels {
     safe_group!(
         /// Q8_0 group kernel of this tier.
         q8_0_group, q8_0, ActQ8_0
+    );
+    safe_group!(
+        /// Q4_0 group kernel of this tier.
+        q4_0_group, q4_0, ActQ8_0
+    );
+    safe_group!(
+        /// Q4_1 group kernel of this tier.
+        q4_1_group, q4_1, ActQ8_0
     );
     safe_group!(
         /// Q5_0 group kernel of this tier.

@@ -2,8 +2,9 @@
 //! results as [`crate::scalar`].
 //!
 //! `sdot` multiplies *signed* bytes by signed bytes, so no bias tricks are
-//! needed: Q5_0 and Q6_K values are re-centred (`v - 16`, `v - 32`, both in
-//! i8 range) before the dot, k-quant nibbles (0..=31) are already valid i8.
+//! needed: Q4_0, Q5_0 and Q6_K values are re-centred (`v - 8`, `v - 16`,
+//! `v - 32`, all in i8 range) before the dot, k-quant and Q4_1 nibbles
+//! (0..=31) are already valid i8.
 //! Per 8-row group, each slot's partial sums land in one `int32x4_t`;
 //! `reduce8` (pairwise adds, exact) makes one i32 lane per row, then the
 //! f32 formula of [`crate::format`] runs lane-wise (two `float32x4_t` for
@@ -21,7 +22,7 @@ use core::arch::aarch64::*;
 
 use super::{f16x4_high_to_f32, f16x4_to_f32, fp16_at8, prefetch, reduce8, sdot, sdot_lane, Slots};
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
-use crate::blocks::{q4_k, q5_0, q5_k, q6_k, q8_0, unpack_k4_scales};
+use crate::blocks::{q4_0, q4_1, q4_k, q5_0, q5_k, q6_k, q8_0, unpack_k4_scales};
 use crate::operands::RowGroup;
 use crate::operands::{CbLut, PanelBlock, KG_BYTES, KG_PER_GROUP};
 
@@ -97,6 +98,100 @@ pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
             (reduce8(&v), fp16_at8(&s, q8_0::D))
         };
         add_scaled(&mut acc, isum, d, vdupq_n_f32(a.d));
+        s.prefetch();
+        s.advance();
+    }
+    store8(acc, out);
+}
+
+/// The 32 nibbles (0..=15) of the 16 bytes at `qs` of a Q4_0 / Q4_1
+/// block, in weight order: weights 0..16 (low nibbles), 16..32 (high).
+///
+/// # Safety
+/// `qs..qs + 16` must be readable.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn q4_values(qs: *const u8) -> [uint8x16_t; 2] {
+    // SAFETY: the caller guarantees the 16 bytes.
+    let q = unsafe { ld_u8(qs) };
+    [vandq_u8(q, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(q)]
+}
+
+/// `sum_i w_i a_i` of 8 rows, `w` the nibbles at `qs` of each slot's block
+/// minus `offset` (8 for Q4_0, 0 for Q4_1; the results fit i8).
+///
+/// # Safety
+/// NEON + dot product; `qs + 16` bytes of every slot's current block must
+/// be readable.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn q4_isum8(s: &Slots, qs: usize, offset: i8, a: &ActQ8_0) -> [int32x4_t; 2] {
+    let zero = vdupq_n_s32(0);
+    let c = vdupq_n_s8(offset);
+    // SAFETY: `a.qs` is 32 bytes; the nibbles by the caller.
+    unsafe {
+        let a0 = ld_s8(a.qs.as_ptr().cast());
+        let a1 = ld_s8(a.qs.as_ptr().add(16).cast());
+        let mut v = [zero; 8];
+        for (r, vr) in v.iter_mut().enumerate() {
+            let w = q4_values(s.at(r).add(qs));
+            let w0 = vsubq_s8(vreinterpretq_s8_u8(w[0]), c);
+            let w1 = vsubq_s8(vreinterpretq_s8_u8(w[1]), c);
+            *vr = sdot(sdot(zero, w0, a0), w1, a1);
+        }
+        reduce8(&v)
+    }
+}
+
+/// Q4_0 x Q8_0 group kernel.
+///
+/// # Safety
+/// The CPU must support NEON and the dot-product extension.
+#[target_feature(enable = "neon,dotprod")]
+pub unsafe fn q4_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = [vdupq_n_f32(0.0); 2];
+    for a in &act[..g.nblocks()] {
+        // SAFETY: by the RowGroup invariant the current 18-byte block of
+        // every slot is in bounds (qs: 16 bytes at 2, d at 0).
+        let (isum, d) = unsafe { (q4_isum8(&s, q4_0::QS, 8, a), fp16_at8(&s, q4_0::D)) };
+        add_scaled(&mut acc, isum, d, vdupq_n_f32(a.d));
+        s.prefetch();
+        s.advance();
+    }
+    store8(acc, out);
+}
+
+/// Q4_1 x Q8_0 group kernel: per lane `S * (d * da) - M * ((-m) * da)`,
+/// `M` the activation block sum, as the scalar reference.
+///
+/// # Safety
+/// The CPU must support NEON and the dot-product extension.
+#[target_feature(enable = "neon,dotprod")]
+pub unsafe fn q4_1_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = [vdupq_n_f32(0.0); 2];
+    for a in &act[..g.nblocks()] {
+        // SAFETY: by the RowGroup invariant the current 20-byte block of
+        // every slot is in bounds (d, m at 0 and 2, qs: 16 bytes at 4).
+        let (isum, d, m) = unsafe {
+            (
+                q4_isum8(&s, q4_1::QS, 0, a),
+                fp16_at8(&s, q4_1::D),
+                fp16_at8(&s, q4_1::M),
+            )
+        };
+        let da = vdupq_n_f32(a.d);
+        let sum = vdupq_n_f32(a.sum as f32);
+        for h in 0..2 {
+            let c = vsubq_f32(
+                vmulq_f32(vcvtq_f32_s32(isum[h]), vmulq_f32(d[h], da)),
+                vmulq_f32(sum, vmulq_f32(vnegq_f32(m[h]), da)),
+            );
+            acc[h] = vaddq_f32(acc[h], c);
+        }
         s.prefetch();
         s.advance();
     }
