@@ -47,7 +47,7 @@ unsafe fn ld_u8(p: *const u8) -> uint8x16_t {
     unsafe { vld1q_u8(p) }
 }
 
-/// `acc + (f32(isum) * (d * da))` per lane, the Q8_0 / Q5_0 / Q6_K block
+/// `acc + (f32(isum) * (d * da))` per lane, the Q8_0 / Q4_0 / Q5_0 / Q6_K block
 /// formula for 8 rows.
 #[inline]
 #[target_feature(enable = "neon")]
