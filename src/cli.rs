@@ -246,6 +246,8 @@ pub enum QtypeArg {
     Q4_1,
     #[value(name = "q5_0")]
     Q5_0,
+    #[value(name = "q5_1")]
+    Q5_1,
     #[value(name = "q4_k")]
     Q4K,
     #[value(name = "q5_k")]
@@ -277,6 +279,7 @@ impl From<QtypeArg> for crate::mixture::Scheme {
             QtypeArg::Q4_0 => S::Pure(G::Q4_0),
             QtypeArg::Q4_1 => S::Pure(G::Q4_1),
             QtypeArg::Q5_0 => S::Pure(G::Q5_0),
+            QtypeArg::Q5_1 => S::Pure(G::Q5_1),
             QtypeArg::Q4K => S::Pure(G::Q4_K),
             QtypeArg::Q5K => S::Pure(G::Q5_K),
             QtypeArg::Q6K => S::Pure(G::Q6_K),
@@ -291,7 +294,7 @@ impl From<QtypeArg> for crate::mixture::Scheme {
 /// Arguments of the conversion (the default command).
 ///
 /// Modes: with no mode flag, every 2-D tensor stored in one of the ggml
-/// types Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K gets a row-interleaved sidecar file
+/// types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K gets a row-interleaved sidecar file
 /// and every other tensor is listed in the manifest as staying in the
 /// source file (keep mode). `--plain` writes plain FP16/FP32 files.
 #[derive(Debug, Args)]
@@ -319,7 +322,7 @@ pub struct ConvertArgs {
     pub layout: Option<LayoutArg>,
 
     /// With --bits 4 --layout source: tensors already in
-    /// Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q5_K/Q6_K stay in their ggml type as R4/R8 sidecars
+    /// Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K stay in their ggml type as R4/R8 sidecars
     /// instead of being requantized.
     #[arg(long, requires = "bits")]
     pub keep_quant: bool,
@@ -336,7 +339,7 @@ pub struct ConvertArgs {
 
     /// Keep mode: quantize float 2-D weights (matmul, embedding, output) to
     /// this ggml type first, so float models get sidecars too. Tensors already
-    /// in one of the seven sidecar types keep their own type.
+    /// in one of the eight sidecar types keep their own type.
     #[arg(long, value_enum, value_name = "TYPE")]
     pub qtype: Option<QtypeArg>,
 

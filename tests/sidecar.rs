@@ -111,15 +111,19 @@ fn quantized_gguf(ty: ggml_quants::GgmlType) -> Vec<u8> {
     b
 }
 
-/// Keep mode on Q4_0 / Q4_1 sources: every 2-D tensor gets an R4 / R8
+/// Keep mode on Q4_0 / Q4_1 / Q5_1 sources: every 2-D tensor gets an R4 / R8
 /// sidecar that unpacks to the source bytes (the run verifies itself on
 /// every tier), and `--qtype q4_0|q4_1` from the f32 model writes the very
-/// same bytes.
+/// same bytes (`--qtype q5_1` likewise).
 #[test]
-fn q4_0_and_q4_1_sources_get_sidecars() {
+fn q4_0_q4_1_and_q5_1_sources_get_sidecars() {
     use ggml_quants::GgmlType;
     let tmp = tempfile::tempdir().unwrap();
-    for (ty, q) in [(GgmlType::Q4_0, "q4_0"), (GgmlType::Q4_1, "q4_1")] {
+    for (ty, q) in [
+        (GgmlType::Q4_0, "q4_0"),
+        (GgmlType::Q4_1, "q4_1"),
+        (GgmlType::Q5_1, "q5_1"),
+    ] {
         let path = tmp.path().join(format!("tiny-llama-{ty}.gguf"));
         std::fs::write(&path, quantized_gguf(ty)).unwrap();
         let src = Catalogue::open(&path).unwrap();
@@ -458,7 +462,7 @@ fn tensor_type_overrides_the_mixture_and_keeps_the_fallback() {
     assert_eq!(ty("blk.0.attn_q.weight"), "Q5_0");
     assert_eq!(ty("output.weight"), "Q8_0");
     // Bad rules.
-    for bad in ["attn_v", "attn_v=q5_1", "(=q8_0"] {
+    for bad in ["attn_v", "attn_v=q2_k", "(=q8_0"] {
         let out = tmp.path().join("bad");
         let o = convert_into(
             &fixture("models/tiny-llama-f32.gguf"),

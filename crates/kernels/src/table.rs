@@ -31,6 +31,7 @@ pub struct Kernels {
     pub(crate) q4_0: GroupFn<ActQ8_0>,
     pub(crate) q4_1: GroupFn<ActQ8_0>,
     pub(crate) q5_0: GroupFn<ActQ8_0>,
+    pub(crate) q5_1: GroupFn<ActQ8_0>,
     pub(crate) q4_k: GroupFn<BlockQ8K>,
     pub(crate) q5_k: GroupFn<BlockQ8K>,
     pub(crate) q6_k: GroupFn<BlockQ8K>,
@@ -70,6 +71,10 @@ impl Kernels {
     safe_group!(
         /// Q5_0 group kernel of this tier.
         q5_0_group, q5_0, ActQ8_0
+    );
+    safe_group!(
+        /// Q5_1 group kernel of this tier.
+        q5_1_group, q5_1, ActQ8_0
     );
     safe_group!(
         /// Q4_K group kernel of this tier.

@@ -16,7 +16,7 @@ use core::arch::x86_64::*;
 
 use super::{
     bcast16_mask, d_dmin8, fp16_at8, k4_scales, load128, load256, pair16_mask, q4_1_contrib,
-    q4_k_values, q4_values, q5_0_values, q5_k_values, q6_k_values, reduce8, Slots,
+    q4_k_values, q4_values, q5_0_values, q5_1_values, q5_k_values, q6_k_values, reduce8, Slots,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
 use crate::blocks::{q4_0, q4_1, q6_k, q8_0};
@@ -160,6 +160,35 @@ pub unsafe fn q5_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
             _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
         );
         acc = _mm256_add_ps(acc, c);
+        s.prefetch();
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// Q5_1 x Q8_0 group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q5_1_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = _mm256_setzero_ps();
+    let ones = _mm256_set1_epi16(1);
+    for a in &act[..g.nblocks()] {
+        // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
+        // 24-byte block of every slot is in bounds (d, m at 0 and 2).
+        let (raw, (d, m)) = unsafe {
+            let av = load256(a.qs.as_ptr().cast());
+            let mut v = [_mm256_setzero_si256(); 8];
+            for (r, vr) in v.iter_mut().enumerate() {
+                *vr = _mm256_madd_epi16(_mm256_maddubs_epi16(q5_1_values(s.at(r)), av), ones);
+            }
+            (reduce8(&v), d_dmin8(&s))
+        };
+        acc = _mm256_add_ps(acc, q4_1_contrib(raw, d, m, a));
         s.prefetch();
         s.advance();
     }

@@ -109,7 +109,7 @@ pub(crate) unsafe fn q4_values(qs: *const u8) -> __m256i {
     _mm256_set_m128i(hi, lo)
 }
 
-/// The f32 contribution of a Q4_1 block for 8 rows, as the scalar
+/// The f32 contribution of a Q4_1 / Q5_1 block for 8 rows, as the scalar
 /// reference computes it: `S * (d * da) - M * ((-m) * da)` with `M` the
 /// activation block sum (`(-m)` is a sign flip, as the scalar `-m`).
 #[inline]
@@ -135,7 +135,31 @@ pub(crate) unsafe fn q5_0_values(p: *const u8) -> __m256i {
     use crate::blocks::q5_0;
     // SAFETY: qs is 16 bytes at offset 6 and qh 4 bytes at offset 2 of the
     // 22-byte block the caller guarantees.
-    let (qs, qh) = unsafe { (load128(p.add(q5_0::QS)), read_u32(p.add(q5_0::QH))) };
+    unsafe { q5_values(p.add(q5_0::QH), p.add(q5_0::QS)) }
+}
+
+/// The 32 five-bit values (0..=31) of a Q5_1 block at `p` (as
+/// [`q5_0_values`]; `qh` at 4, `qs` at 8).
+///
+/// # Safety
+/// `p..p + 24` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn q5_1_values(p: *const u8) -> __m256i {
+    use crate::blocks::q5_1;
+    // SAFETY: qh 4 bytes at 4 and qs 16 bytes at 8 of the 24-byte block.
+    unsafe { q5_values(p.add(q5_1::QH), p.add(q5_1::QS)) }
+}
+
+/// Five-bit values from the u32 fifth bits at `qh` and 16 nibble bytes at `qs`.
+///
+/// # Safety
+/// `qh..qh + 4` and `qs..qs + 16` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn q5_values(qh: *const u8, qs: *const u8) -> __m256i {
+    // SAFETY: guaranteed by the caller.
+    let (qs, qh) = unsafe { (load128(qs), read_u32(qh)) };
     let m4 = _mm_set1_epi8(0x0F);
     let lo = _mm_and_si128(qs, m4);
     let hi = _mm_and_si128(_mm_srli_epi16::<4>(qs), m4);
