@@ -240,8 +240,14 @@ pub enum BitsArg {
 pub enum QtypeArg {
     #[value(name = "q8_0")]
     Q8_0,
+    #[value(name = "q4_0")]
+    Q4_0,
+    #[value(name = "q4_1")]
+    Q4_1,
     #[value(name = "q5_0")]
     Q5_0,
+    #[value(name = "q5_1")]
+    Q5_1,
     #[value(name = "q4_k")]
     Q4K,
     #[value(name = "q5_k")]
@@ -270,7 +276,10 @@ impl From<QtypeArg> for crate::mixture::Scheme {
         use ggml_quants::GgmlType as G;
         match q {
             QtypeArg::Q8_0 => S::Pure(G::Q8_0),
+            QtypeArg::Q4_0 => S::Pure(G::Q4_0),
+            QtypeArg::Q4_1 => S::Pure(G::Q4_1),
             QtypeArg::Q5_0 => S::Pure(G::Q5_0),
+            QtypeArg::Q5_1 => S::Pure(G::Q5_1),
             QtypeArg::Q4K => S::Pure(G::Q4_K),
             QtypeArg::Q5K => S::Pure(G::Q5_K),
             QtypeArg::Q6K => S::Pure(G::Q6_K),
@@ -285,7 +294,7 @@ impl From<QtypeArg> for crate::mixture::Scheme {
 /// Arguments of the conversion (the default command).
 ///
 /// Modes: with no mode flag, every 2-D tensor stored in one of the ggml
-/// types Q8_0, Q5_0, Q4_K, Q5_K, Q6_K gets a row-interleaved sidecar file
+/// types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K gets a row-interleaved sidecar file
 /// and every other tensor is listed in the manifest as staying in the
 /// source file (keep mode). `--plain` writes plain FP16/FP32 files.
 #[derive(Debug, Args)]
@@ -313,7 +322,7 @@ pub struct ConvertArgs {
     pub layout: Option<LayoutArg>,
 
     /// With --bits 4 --layout source: tensors already in
-    /// Q8_0/Q5_0/Q4_K/Q5_K/Q6_K stay in their ggml type as R4/R8 sidecars
+    /// Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K stay in their ggml type as R4/R8 sidecars
     /// instead of being requantized.
     #[arg(long, requires = "bits")]
     pub keep_quant: bool,
@@ -330,7 +339,7 @@ pub struct ConvertArgs {
 
     /// Keep mode: quantize float 2-D weights (matmul, embedding, output) to
     /// this ggml type first, so float models get sidecars too. Tensors already
-    /// in one of the five sidecar types keep their own type.
+    /// in one of the eight sidecar types keep their own type.
     #[arg(long, value_enum, value_name = "TYPE")]
     pub qtype: Option<QtypeArg>,
 

@@ -76,7 +76,9 @@ fn every_fixture_conversion_verifies() {
         ("models/tiny-llama-hf-bf16", vec!["--plain"]),
         ("models/tiny-llama-f32.gguf", vec!["--plain"]),
     ];
-    for q in ["q8_0", "q5_0", "q4_k", "q5_k", "q6_k"] {
+    for q in [
+        "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k",
+    ] {
         cases.push(("models/tiny-llama-f32.gguf", vec!["--qtype", q]));
     }
     // CQ4 packed panels (Hadamard matmuls, orthogonal embedding / lm_head)

@@ -73,6 +73,77 @@ fn sidecar_folders_unpack_to_the_source_tensors() {
     }
 }
 
+/// A GGUF of the f32 tiny model with every 2-D tensor quantized to `ty`
+/// by `ggml_quants::quantize_rows` (ggml-exact: `tests/ggml_vectors.rs`),
+/// the rest kept f32: a stand-in for a llama.cpp-made file of a type no
+/// committed fixture has.
+fn quantized_gguf(ty: ggml_quants::GgmlType) -> Vec<u8> {
+    let src = Catalogue::open(&fixture("models/tiny-llama-f32.gguf")).unwrap();
+    let (mut infos, mut data) = (Vec::new(), Vec::new());
+    for t in &src.tensors {
+        let bytes = src.data(t);
+        let (code, payload) = if t.shape.len() == 2 {
+            let x: Vec<f32> = bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            let k = t.shape[1] as usize;
+            let mut q = vec![0u8; x.len() / ty.block_size() * ty.type_size()];
+            ggml_quants::quantize_rows(ty, &x, k, &mut q).unwrap();
+            (ty.id(), q)
+        } else {
+            (0, bytes.to_vec())
+        };
+        while data.len() % 32 != 0 {
+            data.push(0);
+        }
+        infos.push(TInfo {
+            name: t.name.clone(),
+            dims: t.shape.iter().rev().copied().collect(),
+            ty: code,
+            offset: data.len() as u64,
+        });
+        data.extend_from_slice(&payload);
+    }
+    let kvs = [("general.architecture", "llama")];
+    let mut b = gguf_bytes(3, infos.len() as u64, 1, &kvs, &infos, 0);
+    b.extend_from_slice(&data);
+    b
+}
+
+/// Keep mode on Q4_0 / Q4_1 / Q5_1 sources: every 2-D tensor gets an R4 / R8
+/// sidecar that unpacks to the source bytes (the run verifies itself on
+/// every tier), and `--qtype q4_0|q4_1` from the f32 model writes the very
+/// same bytes (`--qtype q5_1` likewise).
+#[test]
+fn q4_0_q4_1_and_q5_1_sources_get_sidecars() {
+    use ggml_quants::GgmlType;
+    let tmp = tempfile::tempdir().unwrap();
+    for (ty, q) in [
+        (GgmlType::Q4_0, "q4_0"),
+        (GgmlType::Q4_1, "q4_1"),
+        (GgmlType::Q5_1, "q5_1"),
+    ] {
+        let path = tmp.path().join(format!("tiny-llama-{ty}.gguf"));
+        std::fs::write(&path, quantized_gguf(ty)).unwrap();
+        let src = Catalogue::open(&path).unwrap();
+        let mats = src.tensors.iter().filter(|t| t.shape.len() == 2).count();
+        assert_eq!(mats, 16);
+        for factor in ["4", "8"] {
+            let out = tmp.path().join(format!("{q}-r{factor}"));
+            let o = convert_into(&path, &out, &["--interleave", factor]);
+            assert!(o.status.success(), "{ty} R{factor}: {}", stderr(&o));
+            let n = unpack_and_compare(&out, &src, str::to_string);
+            assert_eq!(n, mats, "{ty} R{factor}: every 2-D tensor has a sidecar");
+        }
+        let out = tmp.path().join(format!("{q}-qtype"));
+        let f32_model = fixture("models/tiny-llama-f32.gguf");
+        let o = convert_into(&f32_model, &out, &["--qtype", q]);
+        assert!(o.status.success(), "--qtype {q}: {}", stderr(&o));
+        assert_eq!(unpack_and_compare(&out, &src, str::to_string), mats, "{q}");
+    }
+}
+
 #[test]
 fn qtype_from_f32_gives_llama_cpp_bytes() {
     // llama.cpp's Q8_0 and pure Q6_K files quantize every 2-D tensor to that
@@ -391,7 +462,7 @@ fn tensor_type_overrides_the_mixture_and_keeps_the_fallback() {
     assert_eq!(ty("blk.0.attn_q.weight"), "Q5_0");
     assert_eq!(ty("output.weight"), "Q8_0");
     // Bad rules.
-    for bad in ["attn_v", "attn_v=q4_1", "(=q8_0"] {
+    for bad in ["attn_v", "attn_v=q2_k", "(=q8_0"] {
         let out = tmp.path().join("bad");
         let o = convert_into(
             &fixture("models/tiny-llama-f32.gguf"),

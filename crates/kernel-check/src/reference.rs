@@ -45,7 +45,7 @@
 use rayon::prelude::*;
 
 use kernels::act::{quantize_groups, Cq4Act};
-use kernels::format::{ActBlock, GgmlFormat, Q4K, Q5K, Q5_0, Q6K, Q8_0};
+use kernels::format::{ActBlock, GgmlFormat, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
 use kernels::panel::GROUP;
 use kernels::{
     check_len, FloatMatrix, Gemv, GgmlMatrix, Isa, KernelError, Matrix, PanelMatrix, QuantFormat,
@@ -134,7 +134,10 @@ pub fn reference(m: &Matrix<'_>, x: &[f32]) -> Result<Reference, KernelError> {
     match m {
         Matrix::Ggml(g) => match g.format() {
             QuantFormat::Q8_0 => ggml::<Q8_0>(g, x),
+            QuantFormat::Q4_0 => ggml::<Q4_0>(g, x),
+            QuantFormat::Q4_1 => ggml::<Q4_1>(g, x),
             QuantFormat::Q5_0 => ggml::<Q5_0>(g, x),
+            QuantFormat::Q5_1 => ggml::<Q5_1>(g, x),
             QuantFormat::Q4K => ggml::<Q4K>(g, x),
             QuantFormat::Q5K => ggml::<Q5K>(g, x),
             QuantFormat::Q6K => ggml::<Q6K>(g, x),

@@ -337,7 +337,13 @@ fn main() {
         Layout::Panel(Family::Hadamard),
         Layout::Panel(Family::Orthogonal),
     ];
-    for f in [QuantFormat::Q8_0, QuantFormat::Q4K, QuantFormat::Q6K] {
+    for f in [
+        QuantFormat::Q8_0,
+        QuantFormat::Q4_0,
+        QuantFormat::Q4_1,
+        QuantFormat::Q4K,
+        QuantFormat::Q6K,
+    ] {
         layouts.push(Layout::Ggml(f, RowLayout::RowMajor));
         layouts.push(Layout::Ggml(f, RowLayout::Interleaved(8)));
     }

@@ -1,7 +1,7 @@
 //! Activation quantization: computed once per GEMV call, shared by every
 //! ISA (so every tier sees the very same integers).
 //!
-//! - Q8_0 / Q5_0 weights take Q8_0 activations: ggml's
+//! - Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 weights take Q8_0 activations: ggml's
 //!   `quantize_row_q8_0_ref` (through `ggml_quants::quantize_rows`), stored
 //!   as [`ActQ8_0`] (the fp16 scale widened to f32, plus the sum of the
 //!   quants for the kernels' bias tricks).

@@ -11,7 +11,7 @@ use core::mem::{offset_of, size_of};
 
 use ggml_quants::float::fp16_to_f32;
 use ggml_quants::k_quants::{BlockQ4K, BlockQ5K, BlockQ6K};
-use ggml_quants::legacy::{BlockQ5_0, BlockQ8_0};
+use ggml_quants::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 
 /// Q8_0: `d` fp16, `qs` i8\[32\].
 pub mod q8_0 {
@@ -41,6 +41,55 @@ pub mod q5_0 {
     /// Offset of `qs`.
     pub const QS: usize = offset_of!(BlockQ5_0, qs);
     const _: () = assert!(size_of::<BlockQ5_0>() == BYTES && D == 0 && QH == 2 && QS == 6);
+}
+
+/// Q4_0: `d` fp16, `qs` u8\[16\] (nibbles: low = weight `j`, high = `j + 16`).
+pub mod q4_0 {
+    use super::*;
+    /// Bytes per block.
+    pub const BYTES: usize = 18;
+    /// Weights per block.
+    pub const QK: usize = 32;
+    /// Offset of `d`.
+    pub const D: usize = offset_of!(BlockQ4_0, d);
+    /// Offset of `qs`.
+    pub const QS: usize = offset_of!(BlockQ4_0, qs);
+    const _: () = assert!(size_of::<BlockQ4_0>() == BYTES && D == 0 && QS == 2);
+}
+
+/// Q4_1: `d`, `m` fp16, `qs` u8\[16\] (nibbles as Q4_0).
+pub mod q4_1 {
+    use super::*;
+    /// Bytes per block.
+    pub const BYTES: usize = 20;
+    /// Weights per block.
+    pub const QK: usize = 32;
+    /// Offset of `d`.
+    pub const D: usize = offset_of!(BlockQ4_1, d);
+    /// Offset of `m`.
+    pub const M: usize = offset_of!(BlockQ4_1, m);
+    /// Offset of `qs`.
+    pub const QS: usize = offset_of!(BlockQ4_1, qs);
+    const _: () = assert!(size_of::<BlockQ4_1>() == BYTES && D == 0 && M == 2 && QS == 4);
+}
+
+/// Q5_1: `d`, `m` fp16, `qh` u32 (fifth bits), `qs` u8\[16\] (nibbles).
+pub mod q5_1 {
+    use super::*;
+    /// Bytes per block.
+    pub const BYTES: usize = 24;
+    /// Weights per block.
+    pub const QK: usize = 32;
+    /// Offset of `d`.
+    pub const D: usize = offset_of!(BlockQ5_1, d);
+    /// Offset of `m`.
+    pub const M: usize = offset_of!(BlockQ5_1, m);
+    /// Offset of `qh`.
+    pub const QH: usize = offset_of!(BlockQ5_1, qh);
+    /// Offset of `qs`.
+    pub const QS: usize = offset_of!(BlockQ5_1, qs);
+    const _: () =
+        assert!(size_of::<BlockQ5_1>() == BYTES && D == 0 && M == 2 && QH == 4 && QS == 8);
 }
 
 /// Q4_K: `d`, `dmin` fp16, `scales` u8\[12\] (6-bit packed), `qs` u8\[128\].
@@ -166,9 +215,24 @@ view!(
     q8_0::BYTES
 );
 view!(
+    /// A Q4_0 block.
+    Q4_0View,
+    q4_0::BYTES
+);
+view!(
+    /// A Q4_1 block.
+    Q4_1View,
+    q4_1::BYTES
+);
+view!(
     /// A Q5_0 block.
     Q5_0View,
     q5_0::BYTES
+);
+view!(
+    /// A Q5_1 block.
+    Q5_1View,
+    q5_1::BYTES
 );
 view!(
     /// A Q4_K block.
@@ -197,6 +261,42 @@ impl Q8_0View<'_> {
     }
 }
 
+/// The 4-bit value of weight `i` (0..32) of the 16 nibble bytes at `qs`.
+#[inline(always)]
+fn nibble(b: &[u8], qs: usize, i: usize) -> i32 {
+    (if i < 16 {
+        b[qs + i] & 15
+    } else {
+        b[qs + i - 16] >> 4
+    }) as i32
+}
+
+impl Q4_0View<'_> {
+    /// Scale.
+    pub fn d(&self) -> f32 {
+        f16_at(self.0, q4_0::D)
+    }
+    /// Unsigned 4-bit value of weight `i` (0..32): the weight is `d * (v - 8)`.
+    pub fn v(&self, i: usize) -> i32 {
+        nibble(self.0, q4_0::QS, i)
+    }
+}
+
+impl Q4_1View<'_> {
+    /// Scale.
+    pub fn d(&self) -> f32 {
+        f16_at(self.0, q4_1::D)
+    }
+    /// Min.
+    pub fn m(&self) -> f32 {
+        f16_at(self.0, q4_1::M)
+    }
+    /// Unsigned 4-bit value of weight `i` (0..32): the weight is `d * v + m`.
+    pub fn v(&self, i: usize) -> i32 {
+        nibble(self.0, q4_1::QS, i)
+    }
+}
+
 impl Q5_0View<'_> {
     /// Scale.
     pub fn d(&self) -> f32 {
@@ -204,19 +304,30 @@ impl Q5_0View<'_> {
     }
     /// Unsigned 5-bit value of weight `i` (0..32): the weight is `d * (v - 16)`.
     pub fn v(&self, i: usize) -> i32 {
-        let b = self.0;
-        let qh = u32::from_le_bytes([
-            b[q5_0::QH],
-            b[q5_0::QH + 1],
-            b[q5_0::QH + 2],
-            b[q5_0::QH + 3],
-        ]);
-        let nib = if i < 16 {
-            b[q5_0::QS + i] & 15
-        } else {
-            b[q5_0::QS + i - 16] >> 4
-        };
-        (nib as i32) | ((((qh >> i) & 1) as i32) << 4)
+        five_bit(self.0, q5_0::QH, q5_0::QS, i)
+    }
+}
+
+/// The 5-bit value of weight `i` (0..32): nibble from the 16 bytes at `qs`,
+/// bit 4 = bit `i` of the little-endian u32 at `qh`.
+#[inline(always)]
+fn five_bit(b: &[u8], qh: usize, qs: usize, i: usize) -> i32 {
+    let h = u32::from_le_bytes([b[qh], b[qh + 1], b[qh + 2], b[qh + 3]]);
+    nibble(b, qs, i) | ((((h >> i) & 1) as i32) << 4)
+}
+
+impl Q5_1View<'_> {
+    /// Scale.
+    pub fn d(&self) -> f32 {
+        f16_at(self.0, q5_1::D)
+    }
+    /// Min.
+    pub fn m(&self) -> f32 {
+        f16_at(self.0, q5_1::M)
+    }
+    /// Unsigned 5-bit value of weight `i` (0..32): the weight is `d * v + m`.
+    pub fn v(&self, i: usize) -> i32 {
+        five_bit(self.0, q5_1::QH, q5_1::QS, i)
     }
 }
 

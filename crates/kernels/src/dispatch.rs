@@ -61,7 +61,10 @@ pub(crate) fn split_rows(
 static SCALAR: Kernels = Kernels {
     isa: Isa::Scalar,
     q8_0: crate::scalar::q8_0_group,
+    q4_0: crate::scalar::q4_0_group,
+    q4_1: crate::scalar::q4_1_group,
     q5_0: crate::scalar::q5_0_group,
+    q5_1: crate::scalar::q5_1_group,
     q4_k: crate::scalar::q4_k_group,
     q5_k: crate::scalar::q5_k_group,
     q6_k: crate::scalar::q6_k_group,
@@ -73,7 +76,10 @@ static SCALAR: Kernels = Kernels {
 static AVX2: Kernels = Kernels {
     isa: Isa::Avx2,
     q8_0: crate::x86::avx2::q8_0_group,
+    q4_0: crate::x86::avx2::q4_0_group,
+    q4_1: crate::x86::avx2::q4_1_group,
     q5_0: crate::x86::avx2::q5_0_group,
+    q5_1: crate::x86::avx2::q5_1_group,
     q4_k: crate::x86::avx2::q4_k_group,
     q5_k: crate::x86::avx2::q5_k_group,
     q6_k: crate::x86::avx2::q6_k_group,
@@ -85,7 +91,10 @@ static AVX2: Kernels = Kernels {
 static AVX512: Kernels = Kernels {
     isa: Isa::Avx512,
     q8_0: crate::x86::avx512::q8_0_group,
+    q4_0: crate::x86::avx512::q4_0_group,
+    q4_1: crate::x86::avx512::q4_1_group,
     q5_0: crate::x86::avx512::q5_0_group,
+    q5_1: crate::x86::avx512::q5_1_group,
     q4_k: crate::x86::avx512::q4_k_group,
     q5_k: crate::x86::avx512::q5_k_group,
     q6_k: crate::x86::avx512::q6_k_group,
@@ -97,7 +106,10 @@ static AVX512: Kernels = Kernels {
 const NEON_TABLE: Kernels = Kernels {
     isa: Isa::Neon,
     q8_0: crate::aarch64::neon::q8_0_group,
+    q4_0: crate::aarch64::neon::q4_0_group,
+    q4_1: crate::aarch64::neon::q4_1_group,
     q5_0: crate::aarch64::neon::q5_0_group,
+    q5_1: crate::aarch64::neon::q5_1_group,
     q4_k: crate::aarch64::neon::q4_k_group,
     q5_k: crate::aarch64::neon::q5_k_group,
     q6_k: crate::aarch64::neon::q6_k_group,

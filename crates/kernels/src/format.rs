@@ -1,4 +1,4 @@
-//! The five ggml weight formats: one [`GgmlFormat`] implementation each,
+//! The eight ggml weight formats: one [`GgmlFormat`] implementation each,
 //! holding the scalar reference arithmetic of one block (the definition the
 //! SIMD paths reproduce bit for bit).
 //!
@@ -11,10 +11,19 @@
 //! | format | act | integer parts | f32 contribution `c` |
 //! |---|---|---|---|
 //! | Q8_0 | Q8_0 | `S = sum q_i a_i` | `S * (d_w * d_a)` |
+//! | Q4_0 | Q8_0 | `S = sum (v_i - 8) a_i` | `S * (d_w * d_a)` |
+//! | Q4_1 | Q8_0 | `S = sum v_i a_i`, `M = sum a_i` | `S * (d * d_a) + M * (m * d_a)` |
 //! | Q5_0 | Q8_0 | `S = sum (v_i - 16) a_i` | `S * (d_w * d_a)` |
+//! | Q5_1 | Q8_0 | `S = sum v_i a_i`, `M = sum a_i` | `S * (d * d_a) + M * (m * d_a)` |
 //! | Q4_K | Q8_K | `S = sum_j sc_j sum_{i in j} v_i a_i`, `M = sum_j m_j (bsum_2j + bsum_2j+1)` | `S * (d * d_a) - M * (dmin * d_a)` |
 //! | Q5_K | Q8_K | as Q4_K with 5-bit `v` | as Q4_K |
 //! | Q6_K | Q8_K | `S = sum_j sc_j sum_{i in j} (v_i - 32) a_i` (16 sub-blocks) | `S * (d * d_a)` |
+//!
+//! Q4_1 and Q5_1 are served by the mins form `S * (d * d_a) - M * (dmin * d_a)` with
+//! `dmin = -m`: negation is exact and rounding to nearest is symmetric, so
+//! `x - M * ((-m) * d_a)` and `x + M * (m * d_a)` are the same f32 bit for
+//! bit; the SIMD kernels flip the sign of `m` and subtract, exactly as the
+//! scalar reference does.
 //!
 //! `S`, `M` are converted with `as f32` (round to nearest even, what
 //! `cvtdq2ps` does), each product is one f32 multiplication in the order
@@ -26,7 +35,10 @@
 use ggml_quants::GgmlType;
 
 use crate::act::{quantize_q8_0, quantize_q8_k, ActQ8_0, BlockQ8K};
-use crate::blocks::{q4_k, q5_0, q5_k, q6_k, q8_0, Q4KView, Q5KView, Q5_0View, Q6KView, Q8_0View};
+use crate::blocks::{
+    q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, Q4KView, Q4_0View, Q4_1View, Q5KView, Q5_0View,
+    Q5_1View, Q6KView, Q8_0View,
+};
 use crate::error::KernelError;
 use crate::table::{GroupFn, Kernels};
 
@@ -104,7 +116,7 @@ pub trait GgmlFormat: Copy + Send + Sync + 'static {
     const BYTES: usize;
     /// The activation block type (Q8_0 or Q8_K).
     type Act: ActBlock;
-    /// Blocks carry mins (`dmin`, `M`): Q4_K, Q5_K.
+    /// Blocks carry mins (`dmin`, `M`): Q4_1, Q5_1 (`dmin = -m`), Q4_K, Q5_K.
     const HAS_MINS: bool;
     /// The exact integer parts `(S, M)` of one block (`M = 0` for formats
     /// without mins). `w` holds at least one block.
@@ -143,9 +155,18 @@ pub trait GgmlFormat: Copy + Send + Sync + 'static {
 /// Marker: Q8_0 weights.
 #[derive(Debug, Clone, Copy)]
 pub struct Q8_0;
+/// Marker: Q4_0 weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Q4_0;
+/// Marker: Q4_1 weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Q4_1;
 /// Marker: Q5_0 weights.
 #[derive(Debug, Clone, Copy)]
 pub struct Q5_0;
+/// Marker: Q5_1 weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Q5_1;
 /// Marker: Q4_K weights.
 #[derive(Debug, Clone, Copy)]
 pub struct Q4K;
@@ -186,6 +207,60 @@ impl GgmlFormat for Q8_0 {
     }
 }
 
+impl GgmlFormat for Q4_0 {
+    const TYPE: GgmlType = GgmlType::Q4_0;
+    const QK: usize = q4_0::QK;
+    const BYTES: usize = q4_0::BYTES;
+    type Act = ActQ8_0;
+    const HAS_MINS: bool = false;
+
+    fn block_ints(w: &[u8], a: &ActQ8_0) -> (i32, i32) {
+        let w = view(w, Q4_0View::new);
+        let mut s = 0i32;
+        for i in 0..32 {
+            s += (w.v(i) - 8) * a.qs[i] as i32;
+        }
+        (s, 0)
+    }
+
+    fn block_scales(w: &[u8]) -> (f32, f32) {
+        (view(w, Q4_0View::new).d(), 0.0)
+    }
+
+    fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
+        k.q4_0
+    }
+}
+
+impl GgmlFormat for Q4_1 {
+    const TYPE: GgmlType = GgmlType::Q4_1;
+    const QK: usize = q4_1::QK;
+    const BYTES: usize = q4_1::BYTES;
+    type Act = ActQ8_0;
+    const HAS_MINS: bool = true;
+
+    /// `S = sum v_i a_i`, `M = sum a_i` (the weight is `d v + m`).
+    fn block_ints(w: &[u8], a: &ActQ8_0) -> (i32, i32) {
+        let w = view(w, Q4_1View::new);
+        let (mut s, mut m) = (0i32, 0i32);
+        for i in 0..32 {
+            s += w.v(i) * a.qs[i] as i32;
+            m += a.qs[i] as i32;
+        }
+        (s, m)
+    }
+
+    /// `(d, -m)`: the min enters with a plus sign (module docs).
+    fn block_scales(w: &[u8]) -> (f32, f32) {
+        let v = view(w, Q4_1View::new);
+        (v.d(), -v.m())
+    }
+
+    fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
+        k.q4_1
+    }
+}
+
 impl GgmlFormat for Q5_0 {
     const TYPE: GgmlType = GgmlType::Q5_0;
     const QK: usize = q5_0::QK;
@@ -208,6 +283,35 @@ impl GgmlFormat for Q5_0 {
 
     fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
         k.q5_0
+    }
+}
+
+impl GgmlFormat for Q5_1 {
+    const TYPE: GgmlType = GgmlType::Q5_1;
+    const QK: usize = q5_1::QK;
+    const BYTES: usize = q5_1::BYTES;
+    type Act = ActQ8_0;
+    const HAS_MINS: bool = true;
+
+    /// `S = sum v_i a_i`, `M = sum a_i` (the weight is `d v + m`).
+    fn block_ints(w: &[u8], a: &ActQ8_0) -> (i32, i32) {
+        let w = view(w, Q5_1View::new);
+        let (mut s, mut m) = (0i32, 0i32);
+        for i in 0..32 {
+            s += w.v(i) * a.qs[i] as i32;
+            m += a.qs[i] as i32;
+        }
+        (s, m)
+    }
+
+    /// `(d, -m)`: the min enters with a plus sign (module docs).
+    fn block_scales(w: &[u8]) -> (f32, f32) {
+        let v = view(w, Q5_1View::new);
+        (v.d(), -v.m())
+    }
+
+    fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
+        k.q5_1
     }
 }
 

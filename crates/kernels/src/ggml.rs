@@ -16,18 +16,24 @@ use weights_file::{interleave, Precision, WeightsFile};
 
 use crate::dispatch::{kernels, split_rows, Exec, GroupFn};
 use crate::error::{check_len, KernelError};
-use crate::format::{ActBlock, GgmlFormat, Q4K, Q5K, Q5_0, Q6K, Q8_0};
+use crate::format::{ActBlock, GgmlFormat, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
 use crate::gemv::{Dims, Gemv, GemvResult};
 pub use crate::operands::{RowGroup, GROUP_ROWS};
 use crate::workspace::Workspace;
 
-/// The five ggml types the kernels serve.
+/// The eight ggml types the kernels serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QuantFormat {
     /// Q8_0 (Q8_0 activations).
     Q8_0,
+    /// Q4_0 (Q8_0 activations).
+    Q4_0,
+    /// Q4_1 (Q8_0 activations).
+    Q4_1,
     /// Q5_0 (Q8_0 activations).
     Q5_0,
+    /// Q5_1 (Q8_0 activations).
+    Q5_1,
     /// Q4_K (Q8_K activations).
     Q4K,
     /// Q5_K (Q8_K activations).
@@ -36,10 +42,13 @@ pub enum QuantFormat {
     Q6K,
 }
 
-/// The five formats.
-pub const ALL_FORMATS: [QuantFormat; 5] = [
+/// The eight formats.
+pub const ALL_FORMATS: [QuantFormat; 8] = [
     QuantFormat::Q8_0,
+    QuantFormat::Q4_0,
+    QuantFormat::Q4_1,
     QuantFormat::Q5_0,
+    QuantFormat::Q5_1,
     QuantFormat::Q4K,
     QuantFormat::Q5K,
     QuantFormat::Q6K,
@@ -50,7 +59,10 @@ impl QuantFormat {
     pub fn from_ggml(t: GgmlType) -> Option<Self> {
         Some(match t {
             GgmlType::Q8_0 => QuantFormat::Q8_0,
+            GgmlType::Q4_0 => QuantFormat::Q4_0,
+            GgmlType::Q4_1 => QuantFormat::Q4_1,
             GgmlType::Q5_0 => QuantFormat::Q5_0,
+            GgmlType::Q5_1 => QuantFormat::Q5_1,
             GgmlType::Q4_K => QuantFormat::Q4K,
             GgmlType::Q5_K => QuantFormat::Q5K,
             GgmlType::Q6_K => QuantFormat::Q6K,
@@ -61,7 +73,10 @@ impl QuantFormat {
     pub fn ggml_type(self) -> GgmlType {
         match self {
             QuantFormat::Q8_0 => Q8_0::TYPE,
+            QuantFormat::Q4_0 => Q4_0::TYPE,
+            QuantFormat::Q4_1 => Q4_1::TYPE,
             QuantFormat::Q5_0 => Q5_0::TYPE,
+            QuantFormat::Q5_1 => Q5_1::TYPE,
             QuantFormat::Q4K => Q4K::TYPE,
             QuantFormat::Q5K => Q5K::TYPE,
             QuantFormat::Q6K => Q6K::TYPE,
@@ -272,7 +287,10 @@ impl Gemv for GgmlMatrix<'_> {
     fn gemv_sized(&self, x: &[f32], y: &mut [f32], ws: &mut Workspace, exec: Exec) -> GemvResult {
         match self.format {
             QuantFormat::Q8_0 => self.run::<Q8_0>(x, y, &mut ws.q8_0, exec),
+            QuantFormat::Q4_0 => self.run::<Q4_0>(x, y, &mut ws.q8_0, exec),
+            QuantFormat::Q4_1 => self.run::<Q4_1>(x, y, &mut ws.q8_0, exec),
             QuantFormat::Q5_0 => self.run::<Q5_0>(x, y, &mut ws.q8_0, exec),
+            QuantFormat::Q5_1 => self.run::<Q5_1>(x, y, &mut ws.q8_0, exec),
             QuantFormat::Q4K => self.run::<Q4K>(x, y, &mut ws.q8_k, exec),
             QuantFormat::Q5K => self.run::<Q5K>(x, y, &mut ws.q8_k, exec),
             QuantFormat::Q6K => self.run::<Q6K>(x, y, &mut ws.q8_k, exec),

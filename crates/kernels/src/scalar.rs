@@ -10,7 +10,7 @@
 //! `x86::avx2` / `x86::avx512` so one dispatch table type holds them all.
 
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
-use crate::format::{GgmlFormat, Q4K, Q5K, Q5_0, Q6K, Q8_0};
+use crate::format::{GgmlFormat, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
 use crate::operands::RowGroup;
 use crate::operands::{CbLut, PanelBlock, KG_PER_GROUP};
 
@@ -31,9 +31,24 @@ pub fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
     group::<Q8_0>(g, act, out)
 }
 
+/// Q4_0 group kernel (reference).
+pub fn q4_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    group::<Q4_0>(g, act, out)
+}
+
+/// Q4_1 group kernel (reference).
+pub fn q4_1_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    group::<Q4_1>(g, act, out)
+}
+
 /// Q5_0 group kernel (reference).
 pub fn q5_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
     group::<Q5_0>(g, act, out)
+}
+
+/// Q5_1 group kernel (reference).
+pub fn q5_1_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    group::<Q5_1>(g, act, out)
 }
 
 /// Q4_K group kernel (reference).

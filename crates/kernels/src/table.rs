@@ -28,7 +28,10 @@ pub type RotateFn = unsafe fn(&[f32], &[f32], &[u8], &mut [f32]);
 pub struct Kernels {
     pub(crate) isa: Isa,
     pub(crate) q8_0: GroupFn<ActQ8_0>,
+    pub(crate) q4_0: GroupFn<ActQ8_0>,
+    pub(crate) q4_1: GroupFn<ActQ8_0>,
     pub(crate) q5_0: GroupFn<ActQ8_0>,
+    pub(crate) q5_1: GroupFn<ActQ8_0>,
     pub(crate) q4_k: GroupFn<BlockQ8K>,
     pub(crate) q5_k: GroupFn<BlockQ8K>,
     pub(crate) q6_k: GroupFn<BlockQ8K>,
@@ -58,8 +61,20 @@ impl Kernels {
         q8_0_group, q8_0, ActQ8_0
     );
     safe_group!(
+        /// Q4_0 group kernel of this tier.
+        q4_0_group, q4_0, ActQ8_0
+    );
+    safe_group!(
+        /// Q4_1 group kernel of this tier.
+        q4_1_group, q4_1, ActQ8_0
+    );
+    safe_group!(
         /// Q5_0 group kernel of this tier.
         q5_0_group, q5_0, ActQ8_0
+    );
+    safe_group!(
+        /// Q5_1 group kernel of this tier.
+        q5_1_group, q5_1, ActQ8_0
     );
     safe_group!(
         /// Q4_K group kernel of this tier.

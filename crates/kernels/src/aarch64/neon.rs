@@ -2,8 +2,9 @@
 //! results as [`crate::scalar`].
 //!
 //! `sdot` multiplies *signed* bytes by signed bytes, so no bias tricks are
-//! needed: Q5_0 and Q6_K values are re-centred (`v - 16`, `v - 32`, both in
-//! i8 range) before the dot, k-quant nibbles (0..=31) are already valid i8.
+//! needed: Q4_0, Q5_0 and Q6_K values are re-centred (`v - 8`, `v - 16`,
+//! `v - 32`, all in i8 range) before the dot, k-quant and Q4_1 nibbles
+//! (0..=31) are already valid i8.
 //! Per 8-row group, each slot's partial sums land in one `int32x4_t`;
 //! `reduce8` (pairwise adds, exact) makes one i32 lane per row, then the
 //! f32 formula of [`crate::format`] runs lane-wise (two `float32x4_t` for
@@ -21,7 +22,7 @@ use core::arch::aarch64::*;
 
 use super::{f16x4_high_to_f32, f16x4_to_f32, fp16_at8, prefetch, reduce8, sdot, sdot_lane, Slots};
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
-use crate::blocks::{q4_k, q5_0, q5_k, q6_k, q8_0, unpack_k4_scales};
+use crate::blocks::{q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, unpack_k4_scales};
 use crate::operands::RowGroup;
 use crate::operands::{CbLut, PanelBlock, KG_BYTES, KG_PER_GROUP};
 
@@ -46,7 +47,7 @@ unsafe fn ld_u8(p: *const u8) -> uint8x16_t {
     unsafe { vld1q_u8(p) }
 }
 
-/// `acc + (f32(isum) * (d * da))` per lane, the Q8_0 / Q5_0 / Q6_K block
+/// `acc + (f32(isum) * (d * da))` per lane, the Q8_0 / Q4_0 / Q5_0 / Q6_K block
 /// formula for 8 rows.
 #[inline]
 #[target_feature(enable = "neon")]
@@ -103,6 +104,100 @@ pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
     store8(acc, out);
 }
 
+/// The 32 nibbles (0..=15) of the 16 bytes at `qs` of a Q4_0 / Q4_1
+/// block, in weight order: weights 0..16 (low nibbles), 16..32 (high).
+///
+/// # Safety
+/// `qs..qs + 16` must be readable.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn q4_values(qs: *const u8) -> [uint8x16_t; 2] {
+    // SAFETY: the caller guarantees the 16 bytes.
+    let q = unsafe { ld_u8(qs) };
+    [vandq_u8(q, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(q)]
+}
+
+/// `sum_i w_i a_i` of 8 rows, `w` the nibbles at `qs` of each slot's block
+/// minus `offset` (8 for Q4_0, 0 for Q4_1; the results fit i8).
+///
+/// # Safety
+/// NEON + dot product; `qs + 16` bytes of every slot's current block must
+/// be readable.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn q4_isum8(s: &Slots, qs: usize, offset: i8, a: &ActQ8_0) -> [int32x4_t; 2] {
+    let zero = vdupq_n_s32(0);
+    let c = vdupq_n_s8(offset);
+    // SAFETY: `a.qs` is 32 bytes; the nibbles by the caller.
+    unsafe {
+        let a0 = ld_s8(a.qs.as_ptr().cast());
+        let a1 = ld_s8(a.qs.as_ptr().add(16).cast());
+        let mut v = [zero; 8];
+        for (r, vr) in v.iter_mut().enumerate() {
+            let w = q4_values(s.at(r).add(qs));
+            let w0 = vsubq_s8(vreinterpretq_s8_u8(w[0]), c);
+            let w1 = vsubq_s8(vreinterpretq_s8_u8(w[1]), c);
+            *vr = sdot(sdot(zero, w0, a0), w1, a1);
+        }
+        reduce8(&v)
+    }
+}
+
+/// Q4_0 x Q8_0 group kernel.
+///
+/// # Safety
+/// The CPU must support NEON and the dot-product extension.
+#[target_feature(enable = "neon,dotprod")]
+pub unsafe fn q4_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = [vdupq_n_f32(0.0); 2];
+    for a in &act[..g.nblocks()] {
+        // SAFETY: by the RowGroup invariant the current 18-byte block of
+        // every slot is in bounds (qs: 16 bytes at 2, d at 0).
+        let (isum, d) = unsafe { (q4_isum8(&s, q4_0::QS, 8, a), fp16_at8(&s, q4_0::D)) };
+        add_scaled(&mut acc, isum, d, vdupq_n_f32(a.d));
+        s.prefetch();
+        s.advance();
+    }
+    store8(acc, out);
+}
+
+/// Q4_1 x Q8_0 group kernel: per lane `S * (d * da) - M * ((-m) * da)`,
+/// `M` the activation block sum, as the scalar reference.
+///
+/// # Safety
+/// The CPU must support NEON and the dot-product extension.
+#[target_feature(enable = "neon,dotprod")]
+pub unsafe fn q4_1_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = [vdupq_n_f32(0.0); 2];
+    for a in &act[..g.nblocks()] {
+        // SAFETY: by the RowGroup invariant the current 20-byte block of
+        // every slot is in bounds (d, m at 0 and 2, qs: 16 bytes at 4).
+        let (isum, d, m) = unsafe {
+            (
+                q4_isum8(&s, q4_1::QS, 0, a),
+                fp16_at8(&s, q4_1::D),
+                fp16_at8(&s, q4_1::M),
+            )
+        };
+        let da = vdupq_n_f32(a.d);
+        let sum = vdupq_n_f32(a.sum as f32);
+        for h in 0..2 {
+            let c = vsubq_f32(
+                vmulq_f32(vcvtq_f32_s32(isum[h]), vmulq_f32(d[h], da)),
+                vmulq_f32(sum, vmulq_f32(vnegq_f32(m[h]), da)),
+            );
+            acc[h] = vaddq_f32(acc[h], c);
+        }
+        s.prefetch();
+        s.advance();
+    }
+    store8(acc, out);
+}
+
 /// The 32 values of a Q5_0 block at `p`, re-centred (`v - 16`, -16..=15),
 /// in weight order: weights 0..16 (low nibbles), 16..32 (high nibbles),
 /// bit 4 of weight `j` = bit `j` of `qh`.
@@ -114,7 +209,19 @@ pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
 unsafe fn q5_0_values(p: *const u8) -> [int8x16_t; 2] {
     // SAFETY: qs is 16 bytes at offset 6 and qh 4 bytes at offset 2 of the
     // 22-byte block the caller guarantees.
-    let (qs, qh) = unsafe { (ld_u8(p.add(q5_0::QS)), super::read_u32(p.add(q5_0::QH))) };
+    unsafe { q5_values(p.add(q5_0::QH), p.add(q5_0::QS), 16) }
+}
+
+/// The 32 five-bit values of the fifth bits at `qh` (u32) and the nibbles
+/// at `qs` (16 bytes) minus `offset` (16 for Q5_0, 0 for Q5_1), as i8.
+///
+/// # Safety
+/// `qh..qh + 4` and `qs..qs + 16` must be readable.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn q5_values(qh: *const u8, qs: *const u8, offset: i8) -> [int8x16_t; 2] {
+    // SAFETY: guaranteed by the caller.
+    let (qs, qh) = unsafe { (ld_u8(qs), super::read_u32(qh)) };
     let m4 = vdupq_n_u8(0x0F);
     let qhv = vreinterpretq_u8_u32(vdupq_n_u32(qh));
     // Byte j of a spread vector = byte j / 8 of qh; test bit j % 8.
@@ -136,11 +243,52 @@ unsafe fn q5_0_values(p: *const u8) -> [int8x16_t; 2] {
     let h1 = vandq_u8(vtstq_u8(vqtbl1q_u8(qhv, i1), bits), b16);
     let v0 = vorrq_u8(vandq_u8(qs, m4), h0);
     let v1 = vorrq_u8(vshrq_n_u8::<4>(qs), h1);
-    let c16 = vdupq_n_s8(16);
+    let c = vdupq_n_s8(offset);
     [
-        vsubq_s8(vreinterpretq_s8_u8(v0), c16),
-        vsubq_s8(vreinterpretq_s8_u8(v1), c16),
+        vsubq_s8(vreinterpretq_s8_u8(v0), c),
+        vsubq_s8(vreinterpretq_s8_u8(v1), c),
     ]
+}
+
+/// Q5_1 x Q8_0 group kernel: per lane `S * (d * da) - M * ((-m) * da)`,
+/// `M` the activation block sum, as the scalar reference.
+///
+/// # Safety
+/// The CPU must support NEON and the dot-product extension.
+#[target_feature(enable = "neon,dotprod")]
+pub unsafe fn q5_1_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = [vdupq_n_f32(0.0); 2];
+    let zero = vdupq_n_s32(0);
+    for a in &act[..g.nblocks()] {
+        // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
+        // 24-byte block of every slot is in bounds (d, m at 0 and 2, qh 4
+        // bytes at 4, qs 16 bytes at 8).
+        let (isum, d, m) = unsafe {
+            let a0 = ld_s8(a.qs.as_ptr().cast());
+            let a1 = ld_s8(a.qs.as_ptr().add(16).cast());
+            let mut v = [zero; 8];
+            for (r, vr) in v.iter_mut().enumerate() {
+                let p = s.at(r);
+                let w = q5_values(p.add(q5_1::QH), p.add(q5_1::QS), 0);
+                *vr = sdot(sdot(zero, w[0], a0), w[1], a1);
+            }
+            (reduce8(&v), fp16_at8(&s, q5_1::D), fp16_at8(&s, q5_1::M))
+        };
+        let da = vdupq_n_f32(a.d);
+        let sum = vdupq_n_f32(a.sum as f32);
+        for h in 0..2 {
+            let c = vsubq_f32(
+                vmulq_f32(vcvtq_f32_s32(isum[h]), vmulq_f32(d[h], da)),
+                vmulq_f32(sum, vmulq_f32(vnegq_f32(m[h]), da)),
+            );
+            acc[h] = vaddq_f32(acc[h], c);
+        }
+        s.prefetch();
+        s.advance();
+    }
+    store8(acc, out);
 }
 
 /// Q5_0 x Q8_0 group kernel.

@@ -6,19 +6,20 @@
 //!   byte pair; with `|a| <= 127` and `|w| <= 128` a pair sum is at most
 //!   `2 * 128 * 127 = 32512`, so the i16 saturation of `maddubs` never
 //!   triggers (activations are always in -127..=127).
-//! - unsigned weights (k-quant nibbles 0..=31, Q6_K 0..=63, Q5_0 0..=31)
-//!   go straight into `maddubs` (pair sums <= `2 * 63 * 127 = 16002`); the
-//!   offsets (-16, -32) are removed with the activation block sums.
+//! - unsigned weights (k-quant nibbles 0..=31, Q6_K 0..=63, Q5_0 0..=31,
+//!   Q4_0 / Q4_1 0..=15) go straight into `maddubs` (pair sums <=
+//!   `2 * 63 * 127 = 16002`); the offsets (-8, -16, -32) are removed with
+//!   the activation block sums.
 //! - per-sub-block scales are applied with `madd_epi16` (products < 2^23).
 
 use core::arch::x86_64::*;
 
 use super::{
-    bcast16_mask, d_dmin8, fp16_at8, k4_scales, load128, load256, pair16_mask, q4_k_values,
-    q5_0_values, q5_k_values, q6_k_values, reduce8, Slots,
+    bcast16_mask, d_dmin8, fp16_at8, k4_scales, load128, load256, pair16_mask, q4_1_contrib,
+    q4_k_values, q4_values, q5_0_values, q5_1_values, q5_k_values, q6_k_values, reduce8, Slots,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
-use crate::blocks::{q6_k, q8_0};
+use crate::blocks::{q4_0, q4_1, q6_k, q8_0};
 use crate::operands::RowGroup;
 use crate::operands::{CbLut, PanelBlock, KG_PER_GROUP};
 
@@ -62,6 +63,75 @@ pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
+/// `sum_i v_i a_i` of 8 rows of Q4_0 / Q4_1 blocks (nibbles at `qs` of
+/// each slot's block), one i32 lane per row.
+///
+/// # Safety
+/// AVX2; `qs + 16` bytes of every slot's current block must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn q4_raw8(s: &Slots, qs: usize, a: &ActQ8_0) -> __m256i {
+    let ones = _mm256_set1_epi16(1);
+    // SAFETY: `a.qs` is 32 bytes; the nibbles by the caller.
+    unsafe {
+        let av = load256(a.qs.as_ptr().cast());
+        let mut v = [_mm256_setzero_si256(); 8];
+        for (r, vr) in v.iter_mut().enumerate() {
+            let w = q4_values(s.at(r).add(qs));
+            *vr = _mm256_madd_epi16(_mm256_maddubs_epi16(w, av), ones);
+        }
+        reduce8(&v)
+    }
+}
+
+/// Q4_0 x Q8_0 group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q4_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = _mm256_setzero_ps();
+    for a in &act[..g.nblocks()] {
+        // SAFETY: by the RowGroup invariant the current 18-byte block of
+        // every slot is in bounds (qs: 16 bytes at 2, d at 0).
+        let (raw, d) = unsafe { (q4_raw8(&s, q4_0::QS, a), fp16_at8(&s, q4_0::D)) };
+        // sum (v - 8) a = sum v a - 8 sum a.
+        let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(8 * a.sum));
+        let c = _mm256_mul_ps(
+            _mm256_cvtepi32_ps(isum),
+            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
+        );
+        acc = _mm256_add_ps(acc, c);
+        s.prefetch();
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// Q4_1 x Q8_0 group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q4_1_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = _mm256_setzero_ps();
+    for a in &act[..g.nblocks()] {
+        // SAFETY: by the RowGroup invariant the current 20-byte block of
+        // every slot is in bounds (d, m at 0 and 2, qs: 16 bytes at 4).
+        let (raw, (d, m)) = unsafe { (q4_raw8(&s, q4_1::QS, a), d_dmin8(&s)) };
+        acc = _mm256_add_ps(acc, q4_1_contrib(raw, d, m, a));
+        s.prefetch();
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
 /// Q5_0 x Q8_0 group kernel.
 ///
 /// # Safety
@@ -90,6 +160,35 @@ pub unsafe fn q5_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
             _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
         );
         acc = _mm256_add_ps(acc, c);
+        s.prefetch();
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// Q5_1 x Q8_0 group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q5_1_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = _mm256_setzero_ps();
+    let ones = _mm256_set1_epi16(1);
+    for a in &act[..g.nblocks()] {
+        // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
+        // 24-byte block of every slot is in bounds (d, m at 0 and 2).
+        let (raw, (d, m)) = unsafe {
+            let av = load256(a.qs.as_ptr().cast());
+            let mut v = [_mm256_setzero_si256(); 8];
+            for (r, vr) in v.iter_mut().enumerate() {
+                *vr = _mm256_madd_epi16(_mm256_maddubs_epi16(q5_1_values(s.at(r)), av), ones);
+            }
+            (reduce8(&v), d_dmin8(&s))
+        };
+        acc = _mm256_add_ps(acc, q4_1_contrib(raw, d, m, a));
         s.prefetch();
         s.advance();
     }

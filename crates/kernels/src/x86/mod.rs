@@ -92,6 +92,37 @@ pub(crate) unsafe fn load128(p: *const u8) -> __m128i {
     unsafe { _mm_loadu_si128(p.cast()) }
 }
 
+/// The 32 four-bit values (unsigned, 0..=15) of the 16 nibble bytes of a
+/// Q4_0 / Q4_1 block at `qs`, in weight order: bytes 0..16 = low nibbles,
+/// 16..32 = high nibbles.
+///
+/// # Safety
+/// `qs..qs + 16` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn q4_values(qs: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees the 16 bytes.
+    let q = unsafe { load128(qs) };
+    let m4 = _mm_set1_epi8(0x0F);
+    let lo = _mm_and_si128(q, m4);
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), m4);
+    _mm256_set_m128i(hi, lo)
+}
+
+/// The f32 contribution of a Q4_1 / Q5_1 block for 8 rows, as the scalar
+/// reference computes it: `S * (d * da) - M * ((-m) * da)` with `M` the
+/// activation block sum (`(-m)` is a sign flip, as the scalar `-m`).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn q4_1_contrib(s: __m256i, d: __m256, m: __m256, a: &crate::act::ActQ8_0) -> __m256 {
+    let da = _mm256_set1_ps(a.d);
+    let neg_m = _mm256_xor_ps(m, _mm256_set1_ps(-0.0));
+    _mm256_sub_ps(
+        _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, da)),
+        _mm256_mul_ps(_mm256_set1_ps(a.sum as f32), _mm256_mul_ps(neg_m, da)),
+    )
+}
+
 /// The 32 five-bit values of a Q5_0 block at `p` (unsigned, 0..=31), in
 /// weight order: bytes 0..16 = low nibbles of `qs`, 16..32 = high nibbles,
 /// bit 4 from `qh` bit `j` for weight `j`.
@@ -104,7 +135,31 @@ pub(crate) unsafe fn q5_0_values(p: *const u8) -> __m256i {
     use crate::blocks::q5_0;
     // SAFETY: qs is 16 bytes at offset 6 and qh 4 bytes at offset 2 of the
     // 22-byte block the caller guarantees.
-    let (qs, qh) = unsafe { (load128(p.add(q5_0::QS)), read_u32(p.add(q5_0::QH))) };
+    unsafe { q5_values(p.add(q5_0::QH), p.add(q5_0::QS)) }
+}
+
+/// The 32 five-bit values (0..=31) of a Q5_1 block at `p` (as
+/// [`q5_0_values`]; `qh` at 4, `qs` at 8).
+///
+/// # Safety
+/// `p..p + 24` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn q5_1_values(p: *const u8) -> __m256i {
+    use crate::blocks::q5_1;
+    // SAFETY: qh 4 bytes at 4 and qs 16 bytes at 8 of the 24-byte block.
+    unsafe { q5_values(p.add(q5_1::QH), p.add(q5_1::QS)) }
+}
+
+/// Five-bit values from the u32 fifth bits at `qh` and 16 nibble bytes at `qs`.
+///
+/// # Safety
+/// `qh..qh + 4` and `qs..qs + 16` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn q5_values(qh: *const u8, qs: *const u8) -> __m256i {
+    // SAFETY: guaranteed by the caller.
+    let (qs, qh) = unsafe { (load128(qs), read_u32(qh)) };
     let m4 = _mm_set1_epi8(0x0F);
     let lo = _mm_and_si128(qs, m4);
     let hi = _mm_and_si128(_mm_srli_epi16::<4>(qs), m4);
