@@ -420,21 +420,22 @@ fn action_for<'o>(
 ) -> Result<Action<'o>> {
     let matrix = t.shape.len() == 2;
     let sidecar_type = t.dtype.ggml().filter(|g| matrix && has_sidecar(*g));
+    // The CQ4-mode `--tensor-type` rule of this tensor, if any.
+    let rule = match &opts.mode {
+        Mode::Cq4 { overrides, .. } => matching(overrides, &t.name),
+        _ => None,
+    };
     Ok(match &opts.mode {
         Mode::Plain => plain_or_raw(cat, t)?,
         Mode::Cq4 {
             keep_quant,
             interleave,
-            overrides,
             bundle,
             ..
         } => match (sidecar_type.filter(|_| *keep_quant), t.dtype) {
-            (_, Dtype::Ggml(g))
-                if matrix && t.role.is_matrix() && matching(overrides, &t.name).is_some() =>
-            {
+            (_, Dtype::Ggml(g)) if matrix && t.role.is_matrix() && rule.is_some() => {
                 decodable(cat, t, g)?;
-                let ty = matching(overrides, &t.name).map(|o| o.ty).unwrap_or(g);
-                cq4_override(cat, t, ty, *interleave)?
+                cq4_override(cat, t, rule.map_or(g, |o| o.ty), *interleave)?
             }
             (Some(ty), _) => Action::Sidecar {
                 ty,

@@ -207,113 +207,73 @@ impl GgmlFormat for Q8_0 {
     }
 }
 
-impl GgmlFormat for Q4_0 {
-    const TYPE: GgmlType = GgmlType::Q4_0;
-    const QK: usize = q4_0::QK;
-    const BYTES: usize = q4_0::BYTES;
-    type Act = ActQ8_0;
-    const HAS_MINS: bool = false;
+/// Q4_0 / Q5_0: `S = sum (v_i - offset) a_i`, no mins.
+macro_rules! offset_format {
+    ($fmt:ident, $ty:ident, $blk:ident, $view:ident, $offset:expr) => {
+        impl GgmlFormat for $fmt {
+            const TYPE: GgmlType = GgmlType::$ty;
+            const QK: usize = $blk::QK;
+            const BYTES: usize = $blk::BYTES;
+            type Act = ActQ8_0;
+            const HAS_MINS: bool = false;
 
-    fn block_ints(w: &[u8], a: &ActQ8_0) -> (i32, i32) {
-        let w = view(w, Q4_0View::new);
-        let mut s = 0i32;
-        for i in 0..32 {
-            s += (w.v(i) - 8) * a.qs[i] as i32;
+            fn block_ints(w: &[u8], a: &ActQ8_0) -> (i32, i32) {
+                let w = view(w, $view::new);
+                let mut s = 0i32;
+                for i in 0..32 {
+                    s += (w.v(i) - $offset) * a.qs[i] as i32;
+                }
+                (s, 0)
+            }
+
+            fn block_scales(w: &[u8]) -> (f32, f32) {
+                (view(w, $view::new).d(), 0.0)
+            }
+
+            fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
+                k.$blk
+            }
         }
-        (s, 0)
-    }
-
-    fn block_scales(w: &[u8]) -> (f32, f32) {
-        (view(w, Q4_0View::new).d(), 0.0)
-    }
-
-    fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
-        k.q4_0
-    }
+    };
 }
 
-impl GgmlFormat for Q4_1 {
-    const TYPE: GgmlType = GgmlType::Q4_1;
-    const QK: usize = q4_1::QK;
-    const BYTES: usize = q4_1::BYTES;
-    type Act = ActQ8_0;
-    const HAS_MINS: bool = true;
+/// Q4_1 / Q5_1: `S = sum v_i a_i`, `M = sum a_i` (the weight is `d v + m`);
+/// scales `(d, -m)`: the min enters with a plus sign (module docs).
+macro_rules! min_format {
+    ($fmt:ident, $ty:ident, $blk:ident, $view:ident) => {
+        impl GgmlFormat for $fmt {
+            const TYPE: GgmlType = GgmlType::$ty;
+            const QK: usize = $blk::QK;
+            const BYTES: usize = $blk::BYTES;
+            type Act = ActQ8_0;
+            const HAS_MINS: bool = true;
 
-    /// `S = sum v_i a_i`, `M = sum a_i` (the weight is `d v + m`).
-    fn block_ints(w: &[u8], a: &ActQ8_0) -> (i32, i32) {
-        let w = view(w, Q4_1View::new);
-        let (mut s, mut m) = (0i32, 0i32);
-        for i in 0..32 {
-            s += w.v(i) * a.qs[i] as i32;
-            m += a.qs[i] as i32;
+            fn block_ints(w: &[u8], a: &ActQ8_0) -> (i32, i32) {
+                let w = view(w, $view::new);
+                let (mut s, mut m) = (0i32, 0i32);
+                for i in 0..32 {
+                    s += w.v(i) * a.qs[i] as i32;
+                    m += a.qs[i] as i32;
+                }
+                (s, m)
+            }
+
+            fn block_scales(w: &[u8]) -> (f32, f32) {
+                let v = view(w, $view::new);
+                (v.d(), -v.m())
+            }
+
+            fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
+                k.$blk
+            }
         }
-        (s, m)
-    }
-
-    /// `(d, -m)`: the min enters with a plus sign (module docs).
-    fn block_scales(w: &[u8]) -> (f32, f32) {
-        let v = view(w, Q4_1View::new);
-        (v.d(), -v.m())
-    }
-
-    fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
-        k.q4_1
-    }
+    };
 }
 
-impl GgmlFormat for Q5_0 {
-    const TYPE: GgmlType = GgmlType::Q5_0;
-    const QK: usize = q5_0::QK;
-    const BYTES: usize = q5_0::BYTES;
-    type Act = ActQ8_0;
-    const HAS_MINS: bool = false;
-
-    fn block_ints(w: &[u8], a: &ActQ8_0) -> (i32, i32) {
-        let w = view(w, Q5_0View::new);
-        let mut s = 0i32;
-        for i in 0..32 {
-            s += (w.v(i) - 16) * a.qs[i] as i32;
-        }
-        (s, 0)
-    }
-
-    fn block_scales(w: &[u8]) -> (f32, f32) {
-        (view(w, Q5_0View::new).d(), 0.0)
-    }
-
-    fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
-        k.q5_0
-    }
-}
-
-impl GgmlFormat for Q5_1 {
-    const TYPE: GgmlType = GgmlType::Q5_1;
-    const QK: usize = q5_1::QK;
-    const BYTES: usize = q5_1::BYTES;
-    type Act = ActQ8_0;
-    const HAS_MINS: bool = true;
-
-    /// `S = sum v_i a_i`, `M = sum a_i` (the weight is `d v + m`).
-    fn block_ints(w: &[u8], a: &ActQ8_0) -> (i32, i32) {
-        let w = view(w, Q5_1View::new);
-        let (mut s, mut m) = (0i32, 0i32);
-        for i in 0..32 {
-            s += w.v(i) * a.qs[i] as i32;
-            m += a.qs[i] as i32;
-        }
-        (s, m)
-    }
-
-    /// `(d, -m)`: the min enters with a plus sign (module docs).
-    fn block_scales(w: &[u8]) -> (f32, f32) {
-        let v = view(w, Q5_1View::new);
-        (v.d(), -v.m())
-    }
-
-    fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
-        k.q5_1
-    }
-}
+offset_format!(Q4_0, Q4_0, q4_0, Q4_0View, 8);
+offset_format!(Q5_0, Q5_0, q5_0, Q5_0View, 16);
+min_format!(Q4_1, Q4_1, q4_1, Q4_1View);
+min_format!(Q5_1, Q5_1, q5_1, Q5_1View);
 
 /// `(S, M)` of a Q4_K / Q5_K block: 8 sub-blocks of 32 with 6-bit scales
 /// and mins; `v(i)` the unsigned value of weight `i`.
