@@ -214,6 +214,26 @@ impl From<InterleaveArg> for weights_file::format::Interleave {
     }
 }
 
+/// `--mix`: which matrices a `--bits 4` bundle keeps at FP16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MixArg {
+    /// The most sensitive matrices FP16 within --max-bpw.
+    Auto,
+    /// Every eligible matrix CQ4.
+    None,
+}
+
+fn parse_bpw(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of bits"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 64.0) {
+        return Err(format!("{s}: bits per weight must be in (0, 64]"));
+    }
+    Ok(v)
+}
+
 /// `--layout`: how a `--bits 4` bundle is named and what comes with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LayoutArg {
@@ -349,10 +369,29 @@ pub struct ConvertArgs {
     /// With --bits 4 --layout source: matching matrices become sidecars of
     /// TYPE instead of CQ4 panels, or plain FP16 with `f16` (a mixture,
     /// e.g. `token_embd=q8_0`; --imatrix applies to them too).
+    /// With --bits 4 in the engine layout only `f16` (the engine reads CQ4
+    /// panels and FP16): matching matrices are written FP16 instead of CQ4,
+    /// e.g. `attn_v=f16` (matched against the source's tensor names).
     /// Repeatable. Rows TYPE's blocks do not divide fall back as in
     /// llama.cpp (Q4_K -> Q5_0, Q6_K -> Q8_0).
     #[arg(long, value_name = "REGEX=TYPE")]
     pub tensor_type: Vec<String>,
+
+    /// With --bits 4: the precision mixture. `auto` (default) writes the
+    /// matrices 4-bit quantization hurts most (attn_v, then ffn_down of the
+    /// layers llama.cpp's Q4_K_M favours, then the other ffn_down) as plain
+    /// FP16 instead of CQ4, one at a time in that order, while the bundle's
+    /// weight files stay within --max-bpw bits per matrix weight; `none`
+    /// writes every eligible matrix CQ4 (the engine converter's own policy).
+    /// --tensor-type rules come first. docs/FORMAT.md §mixture.
+    #[arg(long, value_enum, requires = "bits", value_name = "POLICY")]
+    pub mix: Option<MixArg>,
+
+    /// With --bits 4 --mix auto: the budget, in bits per weight of the
+    /// model's matrices, counting every byte of every weight file (headers,
+    /// norms, rotations; default 5.0, llama.cpp Q4_1's nominal size).
+    #[arg(long, requires = "bits", value_name = "BITS", value_parser = parse_bpw)]
+    pub max_bpw: Option<f64>,
 
     /// With --qtype or --bits 4: llama.cpp's importance matrix
     /// (`llama-imatrix` output, GGUF or legacy .dat). Each weight with an

@@ -32,9 +32,12 @@ pub enum Mode {
         keep_quant: bool,
         /// Rows per interleave group of those sidecars.
         interleave: Interleave,
-        /// `--tensor-type` rules (source layout): matching matrices become
-        /// ggml sidecars of that type (requantized) or plain FP16 (`f16`).
+        /// `--tensor-type` rules: matching matrices become ggml sidecars of
+        /// that type (requantized; source layout) or plain FP16 (`f16`).
         overrides: Vec<crate::mixture::Override>,
+        /// `--mix auto`: the budget in bits per matrix weight within which
+        /// the most sensitive matrices become FP16; `None` for `--mix none`.
+        max_bpw: Option<f64>,
         /// Rotations, codebooks and the seed shared by every tensor.
         bundle: Box<cq4::Bundle>,
     },
@@ -77,13 +80,36 @@ impl Options {
                     "--keep-quant needs --layout source: the engine does not read ggml sidecars",
                 ));
             }
-            if engine && !args.tensor_type.is_empty() {
+            // The engine reads CQ4 panels and FP16 only; the source layout
+            // also carries ggml sidecars.
+            let types = if engine {
+                vec![ggml_quants::GgmlType::F16]
+            } else {
+                let mut t = crate::mixture::sidecar_types();
+                t.push(ggml_quants::GgmlType::F16);
+                t
+            };
+            if engine {
+                if let Some(r) = args.tensor_type.iter().find(|r| {
+                    !r.rsplit_once('=')
+                        .is_some_and(|(_, t)| t.trim().eq_ignore_ascii_case("f16"))
+                }) {
+                    return Err(bad_input(format!(
+                        "--tensor-type {r:?}: the engine layout takes only REGEX=f16 (the engine reads CQ4 panels and FP16); ggml types need --layout source"
+                    )));
+                }
+            }
+            if args.mix.is_some_and(|m| m == crate::cli::MixArg::None) && args.max_bpw.is_some() {
                 return Err(bad_input(
-                    "--tensor-type with --bits 4 needs --layout source: the engine layout follows the engine's own precision policy",
+                    "--max-bpw is the budget of --mix auto; it means nothing with --mix none",
                 ));
             }
-            let mut types = crate::mixture::sidecar_types();
-            types.push(ggml_quants::GgmlType::F16);
+            let max_bpw = match args.mix.unwrap_or(crate::cli::MixArg::Auto) {
+                crate::cli::MixArg::Auto => {
+                    Some(args.max_bpw.unwrap_or(crate::mixture::DEFAULT_MAX_BPW))
+                }
+                crate::cli::MixArg::None => None,
+            };
             Mode::Cq4 {
                 engine,
                 keep_quant: args.keep_quant,
@@ -93,6 +119,7 @@ impl Options {
                     .iter()
                     .map(|r| crate::mixture::parse_override(r, &types))
                     .collect::<Result<_>>()?,
+                max_bpw,
                 bundle: Box::new(cq4::Bundle::new(args.seed.unwrap_or(cq4::DEFAULT_SEED))),
             }
         } else if args.plain {
@@ -203,6 +230,7 @@ impl Options {
                 keep_quant,
                 interleave,
                 overrides,
+                max_bpw,
                 bundle,
             } => {
                 let j = serde_json::json!({
@@ -213,6 +241,8 @@ impl Options {
                     "seed": bundle.seed(),
                     "keep_quant": keep_quant,
                     "interleave": interleave.factor(),
+                    "mix": if max_bpw.is_some() { "auto" } else { "none" },
+                    "max_bpw": max_bpw,
                 });
                 with_rules(j, overrides)
             }

@@ -203,22 +203,75 @@ pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
         names.reserve(&x.name);
         extra.push(x);
     }
-    let mut jobs = Vec::with_capacity(cat.tensors.len());
     let family = policy::family(&engine::model_type(cat));
     let requantized = requantized_types(cat, opts)?;
+    // First what each tensor becomes by the layout's rules and
+    // `--tensor-type`, then the `--mix auto` upgrades, then the names.
+    let mut decided = Vec::with_capacity(cat.tensors.len());
     for (i, t) in cat.tensors.iter().enumerate() {
-        let job = match &opts.mode {
+        decided.push(match &opts.mode {
             Mode::Cq4 {
                 engine: true,
                 bundle,
+                overrides,
                 ..
-            } => {
-                let mut job = engine_job(cat, t, family, bundle, &mut names)?;
-                job.imatrix = importance(cat, t, job.action, opts)?;
-                job
+            } => match engine::decide(cat, t, family)? {
+                engine::Decision::Skip(why) => (Action::Skip(why), None),
+                engine::Decision::Write(mut e) => {
+                    let Dtype::Ggml(g) = t.dtype else {
+                        unreachable!("engine::decide skips raw tensors")
+                    };
+                    decodable(cat, t, g)?;
+                    let ruled = e.precision != policy::Precision::Fp16
+                        && (matching(overrides, &t.name).is_some()
+                            || matching(overrides, &e.hf_name).is_some());
+                    if ruled {
+                        e.precision = policy::Precision::Fp16;
+                    }
+                    (engine_action(e.precision, bundle), Some(e))
+                }
+            },
+            _ => (
+                action_for(cat, t, opts, requantized.get(&i).copied())?,
+                None,
+            ),
+        });
+    }
+    if let Mode::Cq4 {
+        max_bpw: Some(budget),
+        overrides,
+        ..
+    } = &opts.mode
+    {
+        let actions: Vec<Action> = decided.iter().map(|d| d.0).collect();
+        let upgrades = crate::mixture::auto_fp16(cat, &actions, overrides, *budget);
+        for i in upgrades {
+            decided[i].0 = Action::Plain;
+            if let Some(e) = &mut decided[i].1 {
+                e.precision = policy::Precision::Fp16;
             }
-            _ => {
-                let action = action_for(cat, t, opts, requantized.get(&i).copied())?;
+        }
+    }
+    let mut jobs = Vec::with_capacity(cat.tensors.len());
+    for (t, (action, e)) in cat.tensors.iter().zip(decided) {
+        let job = match e {
+            Some(e) => {
+                let file = match e.precision {
+                    policy::Precision::Fp16 => e.name.plain_file(),
+                    _ => e.name.panel_file(),
+                };
+                let (stem, ext) = file.split_at(e.name.stem.len());
+                let file = names.allocate_exact(stem, ext);
+                Job {
+                    tensor: t,
+                    action,
+                    file,
+                    transform: e.transform,
+                    imatrix: importance(cat, t, action, opts)?,
+                    engine: Some(e),
+                }
+            }
+            None => {
                 let file = if action.writes_file() {
                     names.allocate(&t.name, &action.suffix())
                 } else {
@@ -240,58 +293,47 @@ pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
     Ok(Plan { jobs, extra })
 }
 
-/// The job of tensor `t` in the engine layout of model `family`.
-fn engine_job<'c>(
-    cat: &'c Catalogue,
-    t: &'c Tensor,
-    family: &str,
-    bundle: &'c cq4::Bundle,
-    names: &mut NameAllocator,
-) -> Result<Job<'c>> {
-    let e = match engine::decide(cat, t, family)? {
-        engine::Decision::Skip(why) => {
-            return Ok(Job {
-                tensor: t,
-                action: Action::Skip(why),
-                file: String::new(),
-                transform: Transform::NONE,
-                engine: None,
-                imatrix: None,
-            })
+/// The action of an engine-layout tensor of `precision`.
+fn engine_action(precision: policy::Precision, bundle: &cq4::Bundle) -> Action<'_> {
+    match precision {
+        policy::Precision::Fp16 => Action::Plain,
+        policy::Precision::Hadamard => Action::Panels {
+            family: cq4::Family::Hadamard,
+            bundle,
+        },
+        policy::Precision::Orthogonal => Action::Panels {
+            family: cq4::Family::Orthogonal,
+            bundle,
+        },
+    }
+}
+
+/// The bytes of the file `action` writes for `t` (0 when it writes none).
+pub fn file_bytes(t: &Tensor, action: Action) -> u64 {
+    use weights_file::format::{Header, Layout, Precision};
+    let (n, k) = (t.nrows(), t.ncols());
+    let header = match action {
+        Action::Plain => Some(Header::plain(
+            Precision::Fp16,
+            &t.shape,
+            t.n_elements().saturating_mul(2),
+        )),
+        Action::Raw(ty) => Header::raw(ty, &t.shape),
+        Action::Sidecar { ty, interleave, .. } => Header::sidecar(ty, interleave, n, k),
+        Action::Panels { family, .. } => {
+            let kp = k.div_ceil(128).saturating_mul(128);
+            usize::try_from(n)
+                .ok()
+                .zip(usize::try_from(kp).ok())
+                .and_then(|(n, kp)| cq4::PanelGeometry::new(n, kp, 128).ok())
+                .map(|g| Header::panels(&g, family))
         }
-        engine::Decision::Write(e) => e,
+        Action::Source | Action::Skip(_) => None,
     };
-    let Dtype::Ggml(g) = t.dtype else {
-        unreachable!("engine::decide skips raw tensors")
-    };
-    decodable(cat, t, g)?;
-    let (action, file) = match e.precision {
-        policy::Precision::Fp16 => (Action::Plain, e.name.plain_file()),
-        policy::Precision::Hadamard => (
-            Action::Panels {
-                family: cq4::Family::Hadamard,
-                bundle,
-            },
-            e.name.panel_file(),
-        ),
-        policy::Precision::Orthogonal => (
-            Action::Panels {
-                family: cq4::Family::Orthogonal,
-                bundle,
-            },
-            e.name.panel_file(),
-        ),
-    };
-    let (stem, ext) = file.split_at(e.name.stem.len());
-    let file = names.allocate_exact(stem, ext);
-    Ok(Job {
-        tensor: t,
-        action,
-        file,
-        transform: e.transform,
-        engine: Some(e),
-        imatrix: None,
-    })
+    header
+        .as_ref()
+        .and_then(Layout::of)
+        .map_or(0, |l| l.file_len)
 }
 
 /// The `--imatrix` entry of `t` when it is requantized to a sidecar or

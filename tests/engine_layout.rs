@@ -390,3 +390,114 @@ fn engine_manifests_have_the_engine_converters_schema() {
         }
     }
 }
+
+/// `--mix auto`: the bundle of a budget keeps at FP16 exactly the matrices
+/// the documented greedy order takes (attn_v, then ffn_down of the layers
+/// llama.cpp's `use_more_bits` picks, then the other ffn_down, each in
+/// source order, each while every byte of every weight file stays within
+/// the budget per matrix weight), computed here from the file sizes of the
+/// `--mix none` and the all-FP16 bundles; everything else is byte-identical
+/// to `--mix none`.
+#[test]
+fn mix_auto_keeps_the_most_sensitive_matrices_fp16_within_the_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    for m in ["llama3", "qwen2"] {
+        let input = fixture(&format!("models/tiny-{m}-hf"));
+        let run = |name: &str, opts: &[&str]| {
+            let out = tmp.path().join(format!("{m}-{name}"));
+            let mut all = vec!["--bits", "4"];
+            all.extend_from_slice(opts);
+            let o = convert_into(&input, &out, &all);
+            assert!(o.status.success(), "{m} {opts:?}: {}", stderr(&o));
+            out
+        };
+        let none = run("none", &["--mix", "none"]);
+        let every = run("every", &["--max-bpw", "64"]);
+        let (mn, me) = (manifest(&none), manifest(&every));
+        let entries = |v: &serde_json::Value| v["tensors"].as_array().unwrap().clone();
+        let (en, ee) = (entries(&mn), entries(&me));
+        let bytes = |es: &[serde_json::Value]| -> u64 {
+            es.iter().filter_map(|e| e["bytes"].as_u64()).sum()
+        };
+        let weights: u64 = en
+            .iter()
+            .filter(|e| {
+                ["matmul", "token_embedding", "output"].contains(&e["role"].as_str().unwrap())
+                    && e["shape"].as_array().unwrap().len() == 2
+            })
+            .map(|e| {
+                e["shape"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|d| d.as_u64().unwrap())
+                    .product::<u64>()
+            })
+            .sum();
+        // The candidates: what the all-FP16 bundle changed.
+        let changed: Vec<usize> = (0..en.len())
+            .filter(|&i| en[i]["precision"] != ee[i]["precision"])
+            .collect();
+        let name = |i: usize| en[i]["tensor"].as_str().unwrap().to_string();
+        let is = |i: usize, s: &str| name(i).contains(s);
+        assert!(
+            changed
+                .iter()
+                .all(|&i| is(i, "v_proj") || is(i, "down_proj")),
+            "{m}: {:?}",
+            changed.iter().map(|&i| name(i)).collect::<Vec<_>>()
+        );
+        assert_eq!(changed.len(), 4, "{m}: two layers of attn_v and ffn_down");
+        // Two layers: use_more_bits picks layer 1 only.
+        let order: Vec<usize> = [
+            ("v_proj", None),
+            ("down_proj", Some("layers.1.")),
+            ("down_proj", Some("layers.0.")),
+        ]
+        .iter()
+        .flat_map(|(kind, layer)| {
+            changed
+                .iter()
+                .copied()
+                .filter(move |&i| is(i, kind) && layer.is_none_or(|l| is(i, l)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+        assert_eq!(order.len(), 4);
+        let mut total = bytes(&en);
+        let mut steps = vec![(total, vec![])];
+        let mut taken = vec![];
+        for &i in &order {
+            total = total - en[i]["bytes"].as_u64().unwrap() + ee[i]["bytes"].as_u64().unwrap();
+            taken.push(i);
+            steps.push((total, taken.clone()));
+        }
+        for (k, (total, want)) in steps.iter().enumerate() {
+            // Half a bit above step k's size: takes it, not the next one.
+            let budget = (*total as f64 * 8.0 + 0.5) / weights as f64;
+            let b = format!("{budget:.17}");
+            let dir = run(&format!("b{k}"), &["--max-bpw", &b]);
+            let mb = manifest(&dir);
+            let eb = entries(&mb);
+            let fp16: Vec<usize> = changed
+                .iter()
+                .copied()
+                .filter(|&i| eb[i]["precision"] == ee[i]["precision"])
+                .collect();
+            let mut want = want.clone();
+            want.sort_unstable();
+            assert_eq!(fp16, want, "{m} budget {b}");
+            assert!(
+                bytes(&eb) as f64 * 8.0 <= budget * weights as f64,
+                "{m} {b}"
+            );
+            for i in (0..en.len()).filter(|i| !want.contains(i)) {
+                assert_eq!(eb[i]["sha256"], en[i]["sha256"], "{m} {b}: {}", name(i));
+            }
+            for &i in &want {
+                assert_eq!(eb[i]["sha256"], ee[i]["sha256"], "{m} {b}: {}", name(i));
+            }
+            assert_eq!(mb["options"]["mix"], "auto");
+        }
+    }
+}

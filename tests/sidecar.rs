@@ -539,7 +539,8 @@ fn cq4_tensor_type_mixes_llama_cpp_sidecars_and_fp16() {
     assert_eq!(layouts["ggml_r8"], 3, "{layouts:?}");
     assert_eq!(layouts["cq4_packed_panels"], 11, "{layouts:?}");
     for bad in [
-        vec!["--bits", "4", "--tensor-type", "attn_v=f16"],
+        // The engine layout reads CQ4 and FP16 only.
+        vec!["--bits", "4", "--tensor-type", "attn_v=q8_0"],
         vec!["--tensor-type", "attn_v=q8_0"],
         vec![
             "--bits",

@@ -222,6 +222,9 @@ fn fallback_reason(e: &crate::manifest::Entry, file: &str) -> Option<&'static st
         "bias tensor"
     } else if e.shape.len() != 2 {
         "not a 2-D tensor"
+    } else if e.shape[1].is_multiple_of(128) {
+        // Not one of the engine converter's reasons: convert's mixture.
+        "kept at FP16 by the precision mixture (--mix auto or --tensor-type)"
     } else {
         "K is not a multiple of 128 (packed panels need whole groups)"
     })

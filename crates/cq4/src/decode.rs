@@ -73,19 +73,23 @@ pub(crate) fn decode_rows(
     nrows: usize,
     out: &mut [f32],
 ) {
+    use rayon::prelude::*;
     let kp = dec.geometry.k();
     let ng = dec.geometry.num_groups();
     let sbb = dec.geometry.superblock_bytes();
-    for r in 0..nrows {
-        let sb = &panels[(r / SUPER_BLOCK) * sbb..(r / SUPER_BLOCK + 1) * sbb];
-        decode_row(
-            dec,
-            sb,
-            r % SUPER_BLOCK,
-            &norms[r * ng..(r + 1) * ng],
-            &mut out[r * kp..(r + 1) * kp],
-        );
-    }
+    // Rows are independent and each is computed the same way on any
+    // thread: super-blocks in parallel (the orthogonal family's rows cost
+    // Kp^2 multiply-adds each).
+    out[..nrows * kp]
+        .par_chunks_mut(SUPER_BLOCK * kp)
+        .enumerate()
+        .for_each(|(b, chunk)| {
+            let sb = &panels[b * sbb..(b + 1) * sbb];
+            for (c, row) in chunk.chunks_exact_mut(kp).enumerate() {
+                let r = b * SUPER_BLOCK + c;
+                decode_row(dec, sb, c, &norms[r * ng..(r + 1) * ng], row);
+            }
+        });
 }
 
 /// The stored codebook value of every column of row `c` of a super-block.
