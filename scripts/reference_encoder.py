@@ -426,8 +426,38 @@ def quantize_hadamard(Wp, seed):
     a = left.astype(np.float64) * uf
     h = fwht(a)
     rot = (right[perm].astype(np.float64) * h[..., perm]) / SQRT128
-    idx = idx_of(rot, m).reshape(N, Kp)
-    return idx, norm
+    idx, s = refine_scales(rot, idx_of(rot, m), cb.astype(np.float64), m)
+    return idx.reshape(N, Kp), norm * s
+
+
+def refine_scales(rot, idx0, cb64, m):
+    """§7.3 norm search. rot: f64 [..., 128]; idx0: the §7.1 indices. For each
+    g_t = (16 + t) / 20, t = 0..9: indices #{i : m_i * g < rot_j}, num = sum_j
+    rot_j * c_j, den = sum_j c_j * c_j (sequential in j); the largest
+    (num * num) / den with num > 0 wins (the first on ties). Returns the winning
+    indices and scale num / den (idx0 and 1.0 where no candidate has num > 0)."""
+    shape = rot.shape[:-1]
+    best_score = np.full(shape, -np.inf)
+    best_s = np.ones(shape)
+    best_idx = idx0.copy()
+    for t in range(9):
+        g = float(16 + t) / 20.0
+        q = np.zeros(rot.shape, dtype=np.uint8)
+        for th in m * g:
+            q += (th < rot).astype(np.uint8)
+        c = cb64[q]
+        num = np.zeros(shape)
+        den = np.zeros(shape)
+        for j in range(rot.shape[-1]):
+            num = num + rot[..., j] * c[..., j]
+            den = den + c[..., j] * c[..., j]
+        ok = num > 0
+        score = np.where(ok, (num * num) / np.where(ok, den, 1.0), -np.inf)
+        better = ok & (score > best_score)
+        best_score = np.where(better, score, best_score)
+        best_s = np.where(better, num / np.where(ok, den, 1.0), best_s)
+        best_idx = np.where(better[..., None], q, best_idx)
+    return best_idx, best_s
 
 
 def quantize_orthogonal(Wp, seed, check_exact=True):
@@ -954,7 +984,7 @@ def self_test():
     print("self-test: §15 golden tensors (W[100][256] = f32(0.02 * gaussian(SplitMix64(42))))")
     W = f32_from_f64(0.02 * fill_gaussian(42, 100 * 256)).reshape(100, 256)
     golden = {
-        "hadamard": ("e4d7615c3f69da75", "e2221a0f8652a715", 3248, "88 6e 51 a5 e6 57 8c b5", "0f3d 0e4b 0e67 0f5e"),
+        "hadamard": ("18de8f9135f92366", "d0dff11a50309560", 3248, "88 6e 41 a5 f6 47 8c b5", "0edc 0e92 0dc3 0fbc"),
         "orthogonal": ("f02a1024517e59b2", "7faa6e074cf04251", 264624, "59 d9 74 42 6b 78 19 77", "3502 3502 3518 3518"),
     }
     for fam, (hd, hs, sb, d8, n4) in golden.items():

@@ -134,7 +134,12 @@ impl Bundle {
             },
         };
         let table = DecisionTable::new(&codebook.midpoints, filter_bound);
-        let hquant = HadamardQuant::new(&self.hadamard, &codebook.midpoints, NORM_FLOOR);
+        let hquant = HadamardQuant::new(
+            &self.hadamard,
+            &codebook.values,
+            &codebook.midpoints,
+            NORM_FLOOR,
+        );
         Ok(PanelEncoder {
             family,
             k,

@@ -33,7 +33,19 @@ pub(crate) struct HadamardQuant {
     pub(crate) right: [f64; HADAMARD_N],
     /// `Y_i`: `m_i < fl(y / SQRT128)` iff `y > Y_i`.
     pub(crate) pre: [f64; LEVELS - 1],
+    /// The canonical codebook values and their midpoints (§CQ4.4).
+    cb: [f64; LEVELS],
+    mid: [f64; LEVELS - 1],
     norm_floor: f64,
+}
+
+/// Scale candidates of the norm search (§CQ4.7.3): `g_t = (16 + t) / 20`,
+/// `t = 0..9`, i.e. 0.80, 0.85, ..., 1.20 (`g_4 = 1` exactly).
+pub const SCALE_CANDIDATES: usize = 9;
+
+/// `g_t` of [`SCALE_CANDIDATES`].
+pub fn scale_candidate(t: usize) -> f64 {
+    (16 + t) as f64 / 20.0
 }
 
 /// The largest f64 `y` with `fl(y / s) <= m` (`s > 0`, `m` finite).
@@ -49,7 +61,12 @@ fn pre_threshold(m: f64, s: f64) -> f64 {
 }
 
 impl HadamardQuant {
-    pub(crate) fn new(h: &HadamardRotation, mid: &[f64; LEVELS - 1], norm_floor: f64) -> Self {
+    pub(crate) fn new(
+        h: &HadamardRotation,
+        cb: &[f64; LEVELS],
+        mid: &[f64; LEVELS - 1],
+        norm_floor: f64,
+    ) -> Self {
         let s = sqrt128();
         let mut perm = [0usize; HADAMARD_N];
         let mut right = [0.0f64; HADAMARD_N];
@@ -62,17 +79,72 @@ impl HadamardQuant {
             perm,
             right,
             pre: mid.map(|m| pre_threshold(m, s)),
+            cb: *cb,
+            mid: *mid,
             norm_floor,
         }
     }
 
-    /// Quantize one batch in place: returns the clamped norms and writes
+    /// Quantize one batch in place: returns each item's norm `nu` (the
+    /// clamped norm times the chosen scale, §CQ4.7.3) and writes
     /// `idx[j][l]` (the index of column `j` of item `l`).
     #[inline(always)]
     pub(crate) fn batch(&self, x: &mut Batch, idx: &mut BatchIdx) -> [f64; LANES] {
         let norm = self.transform(x);
         self.indices(x, idx);
-        norm
+        let s = self.refine(x, idx);
+        std::array::from_fn(|l| norm[l] * s[l])
+    }
+
+    /// §CQ4.7.3, per lane, from `x` = `h` and the §7.1 indices in `idx`:
+    /// for each scale candidate `g`, the indices of `rot / g` (thresholds
+    /// `m_i * g`) and their least-squares scale `num / den`; the candidate
+    /// with the largest `num * num / den` wins (the first on ties; none
+    /// with `num <= 0`: then the §7.1 indices and scale 1). Writes the
+    /// winner's indices and returns its scale.
+    #[inline(always)]
+    pub(crate) fn refine(&self, x: &Batch, idx: &mut BatchIdx) -> [f64; LANES] {
+        let s128 = sqrt128();
+        let mut rot: Batch = [[0.0; LANES]; HADAMARD_N];
+        for (j, (&p, &r)) in self.perm.iter().zip(&self.right).enumerate() {
+            for l in 0..LANES {
+                rot[j][l] = (r * x[p][l]) / s128;
+            }
+        }
+        let mut best_score = [f64::NEG_INFINITY; LANES];
+        let mut best_scale = [1.0f64; LANES];
+        let mut cand: BatchIdx = [[0; LANES]; HADAMARD_N];
+        for t in 0..SCALE_CANDIDATES {
+            let g = scale_candidate(t);
+            let thr = self.mid.map(|m| m * g);
+            let mut num = [0.0f64; LANES];
+            let mut den = [0.0f64; LANES];
+            for (rj, cj) in rot.iter().zip(cand.iter_mut()) {
+                for l in 0..LANES {
+                    let mut q = 0u8;
+                    for &th in &thr {
+                        q += (th < rj[l]) as u8;
+                    }
+                    cj[l] = q;
+                    let c = self.cb[q as usize];
+                    num[l] += rj[l] * c;
+                    den[l] += c * c;
+                }
+            }
+            for l in 0..LANES {
+                if num[l] > 0.0 {
+                    let score = (num[l] * num[l]) / den[l];
+                    if score > best_score[l] {
+                        best_score[l] = score;
+                        best_scale[l] = num[l] / den[l];
+                        for (d, c) in idx.iter_mut().zip(&cand) {
+                            d[l] = c[l];
+                        }
+                    }
+                }
+            }
+        }
+        best_scale
     }
 
     /// The norms, and `x` replaced by `h = FWHT(left * uf)` per lane.

@@ -73,7 +73,6 @@ fn hadamard_reference(bundle: &Bundle, enc: &PanelEncoder, row: &[f32]) -> (Vec<
             ss += x * x;
         }
         let norm = ss.sqrt().max(1e-8);
-        norms.push(norm);
         let u: Vec<f64> = v
             .iter()
             .map(|x| {
@@ -81,7 +80,8 @@ fn hadamard_reference(bundle: &Bundle, enc: &PanelEncoder, row: &[f32]) -> (Vec<
                 q / 2f64.powi(28)
             })
             .collect();
-        for j in 0..128 {
+        let mut rot = [0.0f64; 128];
+        for (j, r) in rot.iter_mut().enumerate() {
             let p = h.perm[j] as usize;
             let mut s = 0.0;
             for k in (0..128).rev() {
@@ -92,9 +92,36 @@ fn hadamard_reference(bundle: &Bundle, enc: &PanelEncoder, row: &[f32]) -> (Vec<
                 };
                 s += h.left[k] as f64 * u[k] * sign;
             }
-            let rot = h.right[p] as f64 * s / 128f64.sqrt();
-            idx[g * 128 + j] = index_of(&cb.midpoints, rot);
+            *r = h.right[p] as f64 * s / 128f64.sqrt();
         }
+        // §7.3: the best of the scales 0.80, 0.85, .., 1.20 by the squared
+        // error of its least-squares reconstruction (ties: the smaller).
+        let mut best: Option<(f64, f64, Vec<u8>)> = None;
+        for t in 0..9 {
+            let gt = (16 + t) as f64 / 20.0;
+            let q: Vec<u8> = rot
+                .iter()
+                .map(|&r| cb.midpoints.iter().filter(|&&m| m * gt < r).count() as u8)
+                .collect();
+            let (mut num, mut den) = (0.0f64, 0.0f64);
+            for (&r, &qi) in rot.iter().zip(&q) {
+                let c = cb.values[qi as usize];
+                num += r * c;
+                den += c * c;
+            }
+            if num > 0.0 && best.as_ref().is_none_or(|b| num * num / den > b.0) {
+                best = Some((num * num / den, num / den, q));
+            }
+        }
+        let (s, q) = match best {
+            Some((_, s, q)) => (s, q),
+            None => (
+                1.0,
+                rot.iter().map(|&r| index_of(&cb.midpoints, r)).collect(),
+            ),
+        };
+        idx[g * 128..(g + 1) * 128].copy_from_slice(&q);
+        norms.push(norm * s);
     }
     (idx, norms)
 }
@@ -239,7 +266,13 @@ fn qdq_round_trip_and_sqnr() {
         // Padded columns decode to ~0 relative to the row scale.
         let db = sqnr_db(&w, &q, n, k, kp);
         eprintln!("{family:?} {n}x{k}: SQNR {db:.2} dB");
-        assert!(db > 18.5 && db < 21.5, "{family:?} {n}x{k}: SQNR {db}");
+        // Gaussian weights: the orthogonal family ~19.5 dB; the Hadamard
+        // family's norm search (§CQ4.7.3) adds ~1.5 dB to its ~19.8.
+        let (lo, hi) = match family {
+            Family::Hadamard => (20.0, 23.0),
+            Family::Orthogonal => (18.5, 21.5),
+        };
+        assert!(db > lo && db < hi, "{family:?} {n}x{k}: SQNR {db}");
         // The view reports the same indices as the panels.
         assert_eq!(
             view.index(n - 1, kp - 1).unwrap(),
@@ -448,7 +481,7 @@ fn golden_hashes() {
 }
 
 const GOLDEN: [(u64, u64); 2] = [
-    (0xe4d7_615c_3f69_da75, 0xe222_1a0f_8652_a715),
+    (0x18de_8f91_35f9_2366, 0xd0df_f11a_5030_9560),
     (0xf02a_1024_517e_59b2, 0x7faa_6e07_4cf0_4251),
 ];
 

@@ -87,5 +87,6 @@ fn hadamard_batch_avx2(q: &HadamardQuant, x: &mut Batch, idx: &mut BatchIdx) -> 
         unsafe { _mm256_storeu_si256(c.as_mut_ptr().cast(), cnt) };
         *d = c.map(|v| v as u8);
     }
-    norm
+    let s = q.refine(x, idx);
+    std::array::from_fn(|l| norm[l] * s[l])
 }
