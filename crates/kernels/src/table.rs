@@ -35,6 +35,8 @@ pub struct Kernels {
     pub(crate) q4_k: GroupFn<BlockQ8K>,
     pub(crate) q5_k: GroupFn<BlockQ8K>,
     pub(crate) q6_k: GroupFn<BlockQ8K>,
+    pub(crate) iq4_nl: GroupFn<ActQ8_0>,
+    pub(crate) iq4_xs: GroupFn<BlockQ8K>,
     pub(crate) cq4: PanelFn,
     pub(crate) rotate: RotateFn,
 }
@@ -87,6 +89,14 @@ impl Kernels {
     safe_group!(
         /// Q6_K group kernel of this tier.
         q6_k_group, q6_k, BlockQ8K
+    );
+    safe_group!(
+        /// IQ4_NL group kernel of this tier.
+        iq4_nl_group, iq4_nl, ActQ8_0
+    );
+    safe_group!(
+        /// IQ4_XS group kernel of this tier.
+        iq4_xs_group, iq4_xs, BlockQ8K
     );
 
     /// The orthogonal activation transform of this tier: `x`, `recip` and

@@ -22,7 +22,10 @@ use core::arch::aarch64::*;
 
 use super::{f16x4_high_to_f32, f16x4_to_f32, fp16_at8, prefetch, reduce8, sdot, sdot_lane, Slots};
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
-use crate::blocks::{q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, unpack_k4_scales};
+use crate::blocks::{
+    iq4_nl, iq4_xs, iq4_xs_scales, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0,
+    unpack_k4_scales, IQ4_LEVELS,
+};
 use crate::operands::RowGroup;
 use crate::operands::{CbLut, PanelBlock, KG_BYTES, KG_PER_GROUP};
 
@@ -74,30 +77,130 @@ fn store8(acc: [float32x4_t; 2], out: &mut [f32; 8]) {
     }
 }
 
+/// The 32 signed levels of the 16 index bytes at `qs` (an IQ4_NL block or
+/// one IQ4_XS sub-block), in weight order: nibbles looked up in `table`
+/// (the 16 levels) with `tbl`.
+///
+/// # Safety
+/// `qs..qs + 16` must be readable.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn iq4_levels(qs: *const u8, table: int8x16_t) -> [int8x16_t; 2] {
+    // SAFETY: the caller guarantees the 16 bytes.
+    let v = unsafe { q4_values(qs) };
+    [vqtbl1q_s8(table, v[0]), vqtbl1q_s8(table, v[1])]
+}
+
+/// The 16 IQ4 levels as a `tbl` table.
+#[inline]
+#[target_feature(enable = "neon")]
+fn iq4_table() -> int8x16_t {
+    // SAFETY: IQ4_LEVELS is 16 bytes.
+    unsafe { vld1q_s8(IQ4_LEVELS.as_ptr()) }
+}
+
+/// Shared Q8_0 / IQ4_NL body (`NL`: the blocks are IQ4_NL): 32 signed
+/// weights per block (Q8_0's quants, or IQ4_NL's levels via `tbl`), two
+/// `sdot` per block and row.
+///
+/// # Safety
+/// NEON + dot product.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let (qs, d_off) = if NL {
+        (iq4_nl::QS, iq4_nl::D)
+    } else {
+        (q8_0::QS, q8_0::D)
+    };
+    let table = iq4_table();
+    let mut s = Slots::new(g);
+    let mut acc = [vdupq_n_f32(0.0); 2];
+    let zero = vdupq_n_s32(0);
+    for a in &act[..g.nblocks()] {
+        // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
+        // block of every slot is in bounds (Q8_0: 34 bytes, qs 32 at 2;
+        // IQ4_NL: 18 bytes, qs 16 at 2).
+        let (isum, d) = unsafe {
+            let a0 = ld_s8(a.qs.as_ptr().cast());
+            let a1 = ld_s8(a.qs.as_ptr().add(16).cast());
+            let mut v = [zero; 8];
+            for (r, vr) in v.iter_mut().enumerate() {
+                let p = s.at(r).add(qs);
+                let w = if NL {
+                    iq4_levels(p, table)
+                } else {
+                    [ld_s8(p), ld_s8(p.add(16))]
+                };
+                *vr = sdot(sdot(zero, w[0], a0), w[1], a1);
+            }
+            (reduce8(&v), fp16_at8(&s, d_off))
+        };
+        add_scaled(&mut acc, isum, d, vdupq_n_f32(a.d));
+        s.prefetch();
+        s.advance();
+    }
+    store8(acc, out);
+}
+
 /// Q8_0 x Q8_0 group kernel.
 ///
 /// # Safety
 /// The CPU must support NEON and the dot-product extension.
 #[target_feature(enable = "neon,dotprod")]
 pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    // SAFETY: same contract.
+    unsafe { signed32_group::<false>(g, act, out) }
+}
+
+/// IQ4_NL x Q8_0 group kernel.
+///
+/// # Safety
+/// The CPU must support NEON and the dot-product extension.
+#[target_feature(enable = "neon,dotprod")]
+pub unsafe fn iq4_nl_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    // SAFETY: same contract.
+    unsafe { signed32_group::<true>(g, act, out) }
+}
+
+/// IQ4_XS x Q8_K group kernel: per slot `dot_j` of the 8 sub-blocks (levels
+/// via `tbl`, two `sdot` each), pairwise-reduced to `[dot_0..4]`,
+/// `[dot_4..8]` and multiplied by the widened scales `ls - 32`.
+///
+/// # Safety
+/// The CPU must support NEON and the dot-product extension.
+#[target_feature(enable = "neon,dotprod")]
+pub unsafe fn iq4_xs_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
+    let table = iq4_table();
     let mut s = Slots::new(g);
     let mut acc = [vdupq_n_f32(0.0); 2];
     let zero = vdupq_n_s32(0);
     for a in &act[..g.nblocks()] {
-        // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
-        // 34-byte block of every slot is in bounds.
-        let (isum, d) = unsafe {
-            let a0 = ld_s8(a.qs.as_ptr().cast());
-            let a1 = ld_s8(a.qs.as_ptr().add(16).cast());
-            let mut v = [zero; 8];
-            for (r, vr) in v.iter_mut().enumerate() {
-                let p = s.at(r).add(q8_0::QS);
-                *vr = sdot(sdot(zero, ld_s8(p), a0), ld_s8(p.add(16)), a1);
+        // SAFETY: `a.qs` is 256 bytes; by the RowGroup invariant the current
+        // 136-byte block of every slot is in bounds (header 8 bytes, qs 128
+        // at 8).
+        let (sv, d) = unsafe {
+            let aq = a.qs.as_ptr().cast::<u8>();
+            let mut sv = [zero; 8];
+            for (r, svr) in sv.iter_mut().enumerate() {
+                let p = s.at(r);
+                let sc = iq4_xs_scales(&*p.cast::<[u8; 8]>());
+                let mut dots = [zero; 8];
+                for (j, dj) in dots.iter_mut().enumerate() {
+                    let w = iq4_levels(p.add(iq4_xs::QS + 16 * j), table);
+                    let d0 = sdot(zero, w[0], ld_s8(aq.add(32 * j)));
+                    *dj = sdot(d0, w[1], ld_s8(aq.add(32 * j + 16)));
+                }
+                let t = reduce8(&dots);
+                let sc16 = vmovl_s8(vld1_s8(sc.as_ptr()));
+                let scw = [vmovl_s16(vget_low_s16(sc16)), vmovl_high_s16(sc16)];
+                *svr = vaddq_s32(vmulq_s32(t[0], scw[0]), vmulq_s32(t[1], scw[1]));
             }
-            (reduce8(&v), fp16_at8(&s, q8_0::D))
+            (reduce8(&sv), fp16_at8(&s, iq4_xs::D))
         };
-        add_scaled(&mut acc, isum, d, vdupq_n_f32(a.d));
+        add_scaled(&mut acc, sv, d, vdupq_n_f32(a.d));
         s.prefetch();
         s.advance();
     }

@@ -15,11 +15,12 @@
 use core::arch::x86_64::*;
 
 use super::{
-    bcast16_mask, d_dmin8, fp16_at8, k4_scales, load128, load256, pair16_mask, q4_1_contrib,
-    q4_k_values, q4_values, q5_0_values, q5_1_values, q5_k_values, q6_k_values, reduce8, Slots,
+    bcast16_mask, d_dmin8, fp16_at8, i8x8, iq4_levels, iq4_table, iq4_xs_scales_at, k4_scales,
+    load128, load256, pair16_mask, q4_1_contrib, q4_k_values, q4_values, q5_0_values, q5_1_values,
+    q5_k_values, q6_k_values, reduce8, Slots,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
-use crate::blocks::{q4_0, q4_1, q6_k, q8_0};
+use crate::blocks::{iq4_nl, iq4_xs, q4_0, q4_1, q6_k, q8_0};
 use crate::operands::RowGroup;
 use crate::operands::{CbLut, PanelBlock, KG_PER_GROUP};
 
@@ -31,28 +32,105 @@ fn dot_i8(w: __m256i, a: __m256i) -> __m256i {
     _mm256_madd_epi16(p, _mm256_set1_epi16(1))
 }
 
+/// Shared Q8_0 / IQ4_NL body (`NL`: the blocks are IQ4_NL): 32 signed
+/// weights per block (Q8_0's quants, or IQ4_NL's levels looked up with
+/// `pshufb`), `S = sum w a` with [`dot_i8`] (|w| <= 127).
+///
+/// # Safety
+/// AVX2 + F16C.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let (qs, d_off) = if NL {
+        (iq4_nl::QS, iq4_nl::D)
+    } else {
+        (q8_0::QS, q8_0::D)
+    };
+    let table = iq4_table();
+    let mut s = Slots::new(g);
+    let mut acc = _mm256_setzero_ps();
+    for a in &act[..g.nblocks()] {
+        // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
+        // block of every slot is in bounds (Q8_0: 34 bytes, qs 32 at 2;
+        // IQ4_NL: 18 bytes, qs 16 at 2).
+        let (isum, d) = unsafe {
+            let av = load256(a.qs.as_ptr().cast());
+            let mut v = [_mm256_setzero_si256(); 8];
+            for (r, vr) in v.iter_mut().enumerate() {
+                let p = s.at(r).add(qs);
+                let w = if NL { iq4_levels(p, table) } else { load256(p) };
+                *vr = dot_i8(w, av);
+            }
+            (reduce8(&v), fp16_at8(&s, d_off))
+        };
+        let c = _mm256_mul_ps(
+            _mm256_cvtepi32_ps(isum),
+            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
+        );
+        acc = _mm256_add_ps(acc, c);
+        s.prefetch();
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
 /// Q8_0 x Q8_0 group kernel.
 ///
 /// # Safety
 /// The CPU must support AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
 pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    // SAFETY: same contract.
+    unsafe { signed32_group::<false>(g, act, out) }
+}
+
+/// IQ4_NL x Q8_0 group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn iq4_nl_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    // SAFETY: same contract.
+    unsafe { signed32_group::<true>(g, act, out) }
+}
+
+/// IQ4_XS x Q8_K group kernel: per sub-block `j` of 32, the levels
+/// (`pshufb`) times the activations as signed x signed `maddubs` pairs,
+/// `madd` with the broadcast scale `ls_j - 32` (products < 2^21).
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn iq4_xs_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
+    let table = iq4_table();
     let mut s = Slots::new(g);
     let mut acc = _mm256_setzero_ps();
     for a in &act[..g.nblocks()] {
-        // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
-        // block (34 bytes) of every slot is in bounds.
-        let (isum, d) = unsafe {
-            let av = load256(a.qs.as_ptr().cast());
-            let mut v = [_mm256_setzero_si256(); 8];
-            for (r, vr) in v.iter_mut().enumerate() {
-                *vr = dot_i8(load256(s.at(r).add(q8_0::QS)), av);
+        // SAFETY: `a.qs` is 256 bytes; by the RowGroup invariant the current
+        // 136-byte block of every slot is in bounds (header 8 bytes, qs 128
+        // at 8).
+        let (sv, d) = unsafe {
+            let mut sv = [_mm256_setzero_si256(); 8];
+            for (r, svr) in sv.iter_mut().enumerate() {
+                let p = s.at(r);
+                let sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(i8x8(iq4_xs_scales_at(p))));
+                let mut t = _mm256_setzero_si256();
+                for j in 0..8 {
+                    let w = iq4_levels(p.add(iq4_xs::QS + 16 * j), table);
+                    let aj = load256(a.qs.as_ptr().add(32 * j).cast());
+                    let pj = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(aj, w));
+                    let scj = _mm256_shuffle_epi8(sc, bcast16_mask(j));
+                    t = _mm256_add_epi32(t, _mm256_madd_epi16(pj, scj));
+                }
+                *svr = t;
             }
-            (reduce8(&v), fp16_at8(&s, q8_0::D))
+            (reduce8(&sv), fp16_at8(&s, iq4_xs::D))
         };
         let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(isum),
+            _mm256_cvtepi32_ps(sv),
             _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
         );
         acc = _mm256_add_ps(acc, c);

@@ -109,6 +109,49 @@ pub(crate) unsafe fn q4_values(qs: *const u8) -> __m256i {
     _mm256_set_m128i(hi, lo)
 }
 
+/// The 16 IQ4 levels in both 128-bit lanes (the `pshufb` table of
+/// [`iq4_levels`]).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn iq4_table() -> __m256i {
+    // SAFETY: IQ4_LEVELS is 16 bytes.
+    let t = unsafe { load128(crate::blocks::IQ4_LEVELS.as_ptr().cast()) };
+    _mm256_broadcastsi128_si256(t)
+}
+
+/// The 32 signed levels (-127..=113) of the 16 index bytes at `qs` of an
+/// IQ4_NL block (or one IQ4_XS sub-block), in weight order: the nibbles of
+/// [`q4_values`] looked up in `table` ([`iq4_table`]).
+///
+/// # Safety
+/// `qs..qs + 16` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn iq4_levels(qs: *const u8, table: __m256i) -> __m256i {
+    // SAFETY: the caller guarantees the 16 bytes.
+    _mm256_shuffle_epi8(table, unsafe { q4_values(qs) })
+}
+
+/// The 8 signed sub-block scales of the IQ4_XS block at `p`
+/// ([`crate::blocks::iq4_xs_scales`]).
+///
+/// # Safety
+/// `p..p + 8` (d, scales_h, scales_l) must be readable.
+#[inline]
+pub(crate) unsafe fn iq4_xs_scales_at(p: *const u8) -> [i8; 8] {
+    // SAFETY: the caller guarantees the 8 header bytes; read_unaligned has
+    // no alignment requirement.
+    let hdr = unsafe { p.cast::<[u8; 8]>().read_unaligned() };
+    crate::blocks::iq4_xs_scales(&hdr)
+}
+
+/// Eight i8 as the low 8 bytes of a vector (the rest zero).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn i8x8(v: [i8; 8]) -> __m128i {
+    _mm_set_epi64x(0, i64::from_le_bytes(v.map(|x| x as u8)))
+}
+
 /// The f32 contribution of a Q4_1 / Q5_1 block for 8 rows, as the scalar
 /// reference computes it: `S * (d * da) - M * ((-m) * da)` with `M` the
 /// activation block sum (`(-m)` is a sign flip, as the scalar `-m`).
