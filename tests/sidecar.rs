@@ -111,18 +111,20 @@ fn quantized_gguf(ty: ggml_quants::GgmlType) -> Vec<u8> {
     b
 }
 
-/// Keep mode on Q4_0 / Q4_1 / Q5_1 sources: every 2-D tensor gets an R4 / R8
-/// sidecar that unpacks to the source bytes (the run verifies itself on
-/// every tier), and `--qtype q4_0|q4_1` from the f32 model writes the very
-/// same bytes (`--qtype q5_1` likewise).
+/// Keep mode on Q4_0 / Q4_1 / Q5_1 / IQ4_NL / IQ4_XS sources: every 2-D
+/// tensor gets an R4 / R8 sidecar that unpacks to the source bytes (the run
+/// verifies itself on every tier), and `--qtype` of the same type from the
+/// f32 model writes the very same bytes.
 #[test]
-fn q4_0_q4_1_and_q5_1_sources_get_sidecars() {
+fn legacy_and_iq4_sources_get_sidecars() {
     use ggml_quants::GgmlType;
     let tmp = tempfile::tempdir().unwrap();
     for (ty, q) in [
         (GgmlType::Q4_0, "q4_0"),
         (GgmlType::Q4_1, "q4_1"),
         (GgmlType::Q5_1, "q5_1"),
+        (GgmlType::IQ4_NL, "iq4_nl"),
+        (GgmlType::IQ4_XS, "iq4_xs"),
     ] {
         let path = tmp.path().join(format!("tiny-llama-{ty}.gguf"));
         std::fs::write(&path, quantized_gguf(ty)).unwrap();
