@@ -46,7 +46,7 @@ use rayon::prelude::*;
 
 use kernels::act::{quantize_groups, Cq4Act};
 use kernels::format::{
-    ActBlock, GgmlFormat, Iq4Nl, Iq4Xs, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0,
+    ActBlock, GgmlFormat, Iq4Nl, Iq4Xs, Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0,
 };
 use kernels::panel::GROUP;
 use kernels::{
@@ -143,6 +143,8 @@ pub fn reference(m: &Matrix<'_>, x: &[f32]) -> Result<Reference, KernelError> {
             QuantFormat::Q4K => ggml::<Q4K>(g, x),
             QuantFormat::Q5K => ggml::<Q5K>(g, x),
             QuantFormat::Q6K => ggml::<Q6K>(g, x),
+            QuantFormat::Q2K => ggml::<Q2K>(g, x),
+            QuantFormat::Q3K => ggml::<Q3K>(g, x),
             QuantFormat::Iq4Nl => ggml::<Iq4Nl>(g, x),
             QuantFormat::Iq4Xs => ggml::<Iq4Xs>(g, x),
         },

@@ -11,7 +11,7 @@ use core::mem::{offset_of, size_of};
 
 use ggml_quants::float::fp16_to_f32;
 use ggml_quants::iq4::{BlockIq4Nl, BlockIq4Xs, KVALUES_IQ4NL};
-use ggml_quants::k_quants::{BlockQ4K, BlockQ5K, BlockQ6K};
+use ggml_quants::k_quants::{q3k_scale, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use ggml_quants::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 
 /// Q8_0: `d` fp16, `qs` i8\[32\].
@@ -214,6 +214,61 @@ pub fn iq4_xs_scales(b: &[u8]) -> [i8; 8] {
     sc
 }
 
+/// Q2_K: `scales` u8\[16\] (scale low nibble, min high nibble), `qs`
+/// u8\[64\] (2-bit), `d`, `dmin` fp16 (last).
+pub mod q2_k {
+    use super::*;
+    /// Bytes per block.
+    pub const BYTES: usize = 84;
+    /// Weights per block.
+    pub const QK: usize = 256;
+    /// Offset of `scales`.
+    pub const SCALES: usize = offset_of!(BlockQ2K, scales);
+    /// Offset of `qs`.
+    pub const QS: usize = offset_of!(BlockQ2K, qs);
+    /// Offset of `d`.
+    pub const D: usize = offset_of!(BlockQ2K, d);
+    /// Offset of `dmin`.
+    pub const DMIN: usize = offset_of!(BlockQ2K, dmin);
+    const _: () =
+        assert!(size_of::<BlockQ2K>() == BYTES && SCALES == 0 && QS == 16 && D == 80 && DMIN == 82);
+}
+
+/// Q3_K: `hmask` u8\[32\], `qs` u8\[64\] (low 2 bits), `scales` u8\[12\]
+/// (6-bit packed), `d` fp16 (last).
+pub mod q3_k {
+    use super::*;
+    /// Bytes per block.
+    pub const BYTES: usize = 110;
+    /// Weights per block.
+    pub const QK: usize = 256;
+    /// Offset of `hmask`.
+    pub const HMASK: usize = offset_of!(BlockQ3K, hmask);
+    /// Offset of `qs`.
+    pub const QS: usize = offset_of!(BlockQ3K, qs);
+    /// Offset of `scales`.
+    pub const SCALES: usize = offset_of!(BlockQ3K, scales);
+    /// Offset of `d`.
+    pub const D: usize = offset_of!(BlockQ3K, d);
+    const _: () = assert!(
+        size_of::<BlockQ3K>() == BYTES && HMASK == 0 && QS == 32 && SCALES == 96 && D == 108
+    );
+}
+
+/// The 16 signed scales (-32..=31) of a Q3_K block from its 12 packed
+/// scale bytes (ggml-quants' `q3k_scale`).
+#[inline(always)]
+pub fn q3_k_scales(s: &[u8; 12]) -> [i8; 16] {
+    core::array::from_fn(|j| q3k_scale(j, s))
+}
+
+/// The 2-bit field of weight `i` (0..256) of the 64 bytes at `qs` (Q2_K /
+/// Q3_K): byte `32 (i / 128) + i % 32`, bits `2 ((i % 128) / 32)`.
+#[inline(always)]
+fn two_bit(b: &[u8], qs: usize, i: usize) -> i32 {
+    ((b[qs + 32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3) as i32
+}
+
 /// The fp16 at `b[o..o + 2]` as f32 (exact).
 #[inline(always)]
 pub(crate) fn f16_at(b: &[u8], o: usize) -> f32 {
@@ -299,6 +354,16 @@ view!(
     /// An IQ4_XS block.
     Iq4XsView,
     iq4_xs::BYTES
+);
+view!(
+    /// A Q2_K block.
+    Q2KView,
+    q2_k::BYTES
+);
+view!(
+    /// A Q3_K block.
+    Q3KView,
+    q3_k::BYTES
 );
 view!(
     /// A Q4_K block.
@@ -421,6 +486,50 @@ impl Iq4XsView<'_> {
     /// `d * scales()[j] * level`.
     pub fn level(&self, i: usize) -> i32 {
         IQ4_LEVELS[nibble(self.0, iq4_xs::QS + 16 * (i / 32), i % 32) as usize] as i32
+    }
+}
+
+impl Q2KView<'_> {
+    /// Super-scale.
+    pub fn d(&self) -> f32 {
+        f16_at(self.0, q2_k::D)
+    }
+    /// Super-min.
+    pub fn dmin(&self) -> f32 {
+        f16_at(self.0, q2_k::DMIN)
+    }
+    /// Scale (0..=15) of sub-block `j` (0..16, 16 weights each).
+    pub fn scale(&self, j: usize) -> i32 {
+        (self.0[q2_k::SCALES + j] & 15) as i32
+    }
+    /// Min (0..=15) of sub-block `j`.
+    pub fn min(&self, j: usize) -> i32 {
+        (self.0[q2_k::SCALES + j] >> 4) as i32
+    }
+    /// 2-bit value of weight `i` (0..256): the weight is `d * scale(i / 16)
+    /// * v - dmin * min(i / 16)`.
+    pub fn v(&self, i: usize) -> i32 {
+        two_bit(self.0, q2_k::QS, i)
+    }
+}
+
+impl Q3KView<'_> {
+    /// Super-scale.
+    pub fn d(&self) -> f32 {
+        f16_at(self.0, q3_k::D)
+    }
+    /// The 16 signed sub-block scales.
+    pub fn scales(&self) -> [i8; 16] {
+        let mut s = [0u8; 12];
+        s.copy_from_slice(&self.0[q3_k::SCALES..q3_k::SCALES + 12]);
+        q3_k_scales(&s)
+    }
+    /// Signed 3-bit value (-4..=3) of weight `i` (0..256): the 2-bit field,
+    /// minus 4 when bit `i / 32` of `hmask[i % 32]` is clear; the weight is
+    /// `d * scales()[i / 16] * v`.
+    pub fn v(&self, i: usize) -> i32 {
+        let hi = (self.0[q3_k::HMASK + i % 32] >> (i / 32)) & 1;
+        two_bit(self.0, q3_k::QS, i) - if hi == 0 { 4 } else { 0 }
     }
 }
 

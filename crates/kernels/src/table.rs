@@ -35,6 +35,8 @@ pub struct Kernels {
     pub(crate) q4_k: GroupFn<BlockQ8K>,
     pub(crate) q5_k: GroupFn<BlockQ8K>,
     pub(crate) q6_k: GroupFn<BlockQ8K>,
+    pub(crate) q2_k: GroupFn<BlockQ8K>,
+    pub(crate) q3_k: GroupFn<BlockQ8K>,
     pub(crate) iq4_nl: GroupFn<ActQ8_0>,
     pub(crate) iq4_xs: GroupFn<BlockQ8K>,
     pub(crate) cq4: PanelFn,
@@ -89,6 +91,14 @@ impl Kernels {
     safe_group!(
         /// Q6_K group kernel of this tier.
         q6_k_group, q6_k, BlockQ8K
+    );
+    safe_group!(
+        /// Q2_K group kernel of this tier.
+        q2_k_group, q2_k, BlockQ8K
+    );
+    safe_group!(
+        /// Q3_K group kernel of this tier.
+        q3_k_group, q3_k, BlockQ8K
     );
     safe_group!(
         /// IQ4_NL group kernel of this tier.

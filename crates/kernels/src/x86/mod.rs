@@ -285,6 +285,47 @@ pub(crate) unsafe fn q5_k_values(p: *const u8) -> [__m256i; 8] {
     v
 }
 
+/// The 2-bit fields of the 64 bytes at `qs` (Q2_K / Q3_K), as 8 runs of 32
+/// (0..=3): `v[i]` = weights `32i..32i + 32`, whose low 16 are sub-block
+/// `2i` and high 16 sub-block `2i + 1`.
+///
+/// # Safety
+/// `qs..qs + 64` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn two_bit_values(qs: *const u8) -> [__m256i; 8] {
+    let m3 = _mm256_set1_epi8(0x03);
+    let mut v = [_mm256_setzero_si256(); 8];
+    for n in 0..2 {
+        // SAFETY: the caller guarantees the 64 bytes.
+        let q = unsafe { load256(qs.add(32 * n)) };
+        // epi16 shifts: bits crossing a byte boundary land outside the mask.
+        v[4 * n] = _mm256_and_si256(q, m3);
+        v[4 * n + 1] = _mm256_and_si256(_mm256_srli_epi16::<2>(q), m3);
+        v[4 * n + 2] = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m3);
+        v[4 * n + 3] = _mm256_and_si256(_mm256_srli_epi16::<6>(q), m3);
+    }
+    v
+}
+
+/// The 8 runs of 32 values of a Q3_K block at `p` plus 4 (unsigned,
+/// 0..=7): the 2-bit field, bit 2 = bit `i` of `hmask[l]` for run `i`.
+///
+/// # Safety
+/// `p..p + 110` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn q3_k_values(p: *const u8) -> [__m256i; 8] {
+    use crate::blocks::q3_k;
+    // SAFETY: hmask is 32 bytes at 0, qs 64 bytes at 32 of the block.
+    let (mut v, hm) = unsafe { (two_bit_values(p.add(q3_k::QS)), load256(p.add(q3_k::HMASK))) };
+    for (i, vi) in v.iter_mut().enumerate() {
+        // Bit i at bit 4 (masked), then at bit 2 of the same byte.
+        *vi = _mm256_or_si256(*vi, _mm256_srli_epi16::<2>(qh_bit4(hm, i)));
+    }
+    v
+}
+
 /// The 8 runs of 32 six-bit values (unsigned, 0..=63) of a Q6_K block at
 /// `p`: `v[4h + t]` = weights `128h + 32t .. +32`, whose low 16 use scale
 /// `8h + 2t` and high 16 scale `8h + 2t + 1`.

@@ -44,6 +44,8 @@ pub fn ggml_random_bytes(format: QuantFormat, n: usize, k: usize, seed: u64) -> 
         | QuantFormat::Iq4Xs => &[0],
         QuantFormat::Q4_1 | QuantFormat::Q5_1 | QuantFormat::Q4K | QuantFormat::Q5K => &[0, 2],
         QuantFormat::Q6K => &[208],
+        QuantFormat::Q2K => &[80, 82],
+        QuantFormat::Q3K => &[108],
     };
     for blk in out.chunks_exact_mut(bb) {
         for &o in fp16_fields {
