@@ -111,18 +111,20 @@ fn quantized_gguf(ty: ggml_quants::GgmlType) -> Vec<u8> {
     b
 }
 
-/// Keep mode on Q4_0 / Q4_1 / Q5_1 / IQ4_NL / IQ4_XS sources: every 2-D
+/// Keep mode on Q4_0 / Q4_1 / Q5_1 / Q2_K / Q3_K / IQ4_NL / IQ4_XS sources: every 2-D
 /// tensor gets an R4 / R8 sidecar that unpacks to the source bytes (the run
 /// verifies itself on every tier), and `--qtype` of the same type from the
 /// f32 model writes the very same bytes.
 #[test]
-fn legacy_and_iq4_sources_get_sidecars() {
+fn legacy_low_bit_k_and_iq4_sources_get_sidecars() {
     use ggml_quants::GgmlType;
     let tmp = tempfile::tempdir().unwrap();
     for (ty, q) in [
         (GgmlType::Q4_0, "q4_0"),
         (GgmlType::Q4_1, "q4_1"),
         (GgmlType::Q5_1, "q5_1"),
+        (GgmlType::Q2_K, "q2_k"),
+        (GgmlType::Q3_K, "q3_k"),
         (GgmlType::IQ4_NL, "iq4_nl"),
         (GgmlType::IQ4_XS, "iq4_xs"),
     ] {
@@ -464,7 +466,7 @@ fn tensor_type_overrides_the_mixture_and_keeps_the_fallback() {
     assert_eq!(ty("blk.0.attn_q.weight"), "Q5_0");
     assert_eq!(ty("output.weight"), "Q8_0");
     // Bad rules.
-    for bad in ["attn_v", "attn_v=q2_k", "(=q8_0"] {
+    for bad in ["attn_v", "attn_v=iq2_xxs", "(=q8_0"] {
         let out = tmp.path().join("bad");
         let o = convert_into(
             &fixture("models/tiny-llama-f32.gguf"),
@@ -549,7 +551,7 @@ fn cq4_tensor_type_mixes_llama_cpp_sidecars_and_fp16() {
             "--layout",
             "source",
             "--tensor-type",
-            "attn_v=q3_k",
+            "attn_v=iq2_xxs",
         ],
     ] {
         let o = convert_into(&f32_model, &tmp.path().join("bad"), &bad);
