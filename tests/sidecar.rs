@@ -558,3 +558,58 @@ fn cq4_tensor_type_mixes_llama_cpp_sidecars_and_fp16() {
         assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
     }
 }
+
+/// Tensors keep mode cannot serve stay in the source, and the manifest,
+/// the plan and `inspect` say why: a 2-D IQ2_XXS matrix ("IQ2_XXS: no
+/// sidecar kernel"), a 3-D expert tensor, a 1-D norm.
+#[test]
+fn tensors_without_sidecars_are_listed_with_the_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    // IQ2_XXS (id 16): 66 bytes per 256; Q8_0 (id 8): 34 bytes per 32.
+    let infos = [
+        TInfo {
+            name: "blk.0.attn_q.weight".into(),
+            dims: vec![256, 8],
+            ty: 16,
+            offset: 0,
+        },
+        TInfo {
+            name: "blk.0.ffn_gate_exps.weight".into(),
+            dims: vec![32, 8, 2],
+            ty: 8,
+            offset: 544,
+        },
+        TInfo::f32("blk.0.attn_norm.weight", &[256], 1088),
+    ];
+    let kvs = [("general.architecture", "llama")];
+    let input = tmp.path().join("mixed.gguf");
+    std::fs::write(&input, gguf_bytes(3, 3, 1, &kvs, &infos, 2112)).unwrap();
+    let out = tmp.path().join("out");
+    let o = convert_into(&input, &out, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m = manifest(&out);
+    let reason = |name: &str| -> String {
+        let e = m["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["tensor"] == name)
+            .unwrap_or_else(|| panic!("{name} not in the manifest"));
+        assert_eq!(e["layout"], "source", "{name}");
+        e["details"]["reason"].as_str().unwrap().to_string()
+    };
+    assert_eq!(reason("blk.0.attn_q.weight"), "IQ2_XXS: no sidecar kernel");
+    assert!(reason("blk.0.ffn_gate_exps.weight").starts_with("3-D"));
+    assert!(reason("blk.0.attn_norm.weight").starts_with("1-D"));
+    let o = convert(&["inspect".into(), input.clone().into_os_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("blk.0.attn_q.weight"))
+        .unwrap();
+    assert!(
+        line.ends_with("stays: IQ2_XXS: no sidecar kernel"),
+        "{line}"
+    );
+}
