@@ -106,8 +106,8 @@ fn inspect_source(path: &Path, json: bool) -> Result<String> {
     let w = first_column_width(cat.tensors.iter().map(|t| t.name.len()));
     writeln!(
         s,
-        "{:<w$}  {:<15}  {:<14}  {:<7}  {:>12}  {:>10}  {}",
-        "tensor", "role", "shape", "dtype", "offset", "bytes", "keep mode"
+        "{:<w$}  {:<15}  {:<14}  {:<7}  {:>12}  {:>10}  keep mode",
+        "tensor", "role", "shape", "dtype", "offset", "bytes"
     )?;
     for t in &cat.tensors {
         let shape = shape_text(&t.shape);
