@@ -144,25 +144,15 @@ unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out:
     store8(acc, out);
 }
 
-/// Q8_0 x Q8_0 group kernel.
-///
-/// # Safety
-/// The CPU must support NEON and the dot-product extension.
-#[target_feature(enable = "neon,dotprod")]
-pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { signed32_group::<false>(g, act, out) }
-}
-
-/// IQ4_NL x Q8_0 group kernel.
-///
-/// # Safety
-/// The CPU must support NEON and the dot-product extension.
-#[target_feature(enable = "neon,dotprod")]
-pub unsafe fn iq4_nl_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { signed32_group::<true>(g, act, out) }
-}
+forward_pair!(
+    "neon,dotprod",
+    ActQ8_0,
+    signed32_group,
+    /// Q8_0 x Q8_0 group kernel.
+    q8_0_group,
+    /// IQ4_NL x Q8_0 group kernel.
+    iq4_nl_group
+);
 
 /// IQ4_XS x Q8_K group kernel: per slot `dot_j` of the 8 sub-blocks (levels
 /// via `tbl`, two `sdot` each), pairwise-reduced to `[dot_0..4]`,
@@ -531,25 +521,15 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
     store8(acc, out);
 }
 
-/// Q4_K x Q8_K group kernel.
-///
-/// # Safety
-/// The CPU must support NEON and the dot-product extension.
-#[target_feature(enable = "neon,dotprod")]
-pub unsafe fn q4_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k4_group::<false>(g, act, out) }
-}
-
-/// Q5_K x Q8_K group kernel.
-///
-/// # Safety
-/// The CPU must support NEON and the dot-product extension.
-#[target_feature(enable = "neon,dotprod")]
-pub unsafe fn q5_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k4_group::<true>(g, act, out) }
-}
+forward_pair!(
+    "neon,dotprod",
+    BlockQ8K,
+    k4_group,
+    /// Q4_K x Q8_K group kernel.
+    q4_k_group,
+    /// Q5_K x Q8_K group kernel.
+    q5_k_group
+);
 
 /// `sum_j sc_j dot_j` over 16 sub-blocks as one i32x4 (lanes summed by
 /// `reduce8`): the dots reduced to four `[dot_4m..4m+4]` vectors, times the
@@ -682,25 +662,15 @@ unsafe fn k16_group<const Q3: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mu
     store8(acc, out);
 }
 
-/// Q2_K x Q8_K group kernel.
-///
-/// # Safety
-/// The CPU must support NEON and the dot-product extension.
-#[target_feature(enable = "neon,dotprod")]
-pub unsafe fn q2_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k16_group::<false>(g, act, out) }
-}
-
-/// Q3_K x Q8_K group kernel.
-///
-/// # Safety
-/// The CPU must support NEON and the dot-product extension.
-#[target_feature(enable = "neon,dotprod")]
-pub unsafe fn q3_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k16_group::<true>(g, act, out) }
-}
+forward_pair!(
+    "neon,dotprod",
+    BlockQ8K,
+    k16_group,
+    /// Q2_K x Q8_K group kernel.
+    q2_k_group,
+    /// Q3_K x Q8_K group kernel.
+    q3_k_group
+);
 
 /// Q6_K x Q8_K group kernel.
 ///

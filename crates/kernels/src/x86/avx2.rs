@@ -15,9 +15,9 @@
 use core::arch::x86_64::*;
 
 use super::{
-    bcast16_mask, d_dmin8, fp16_at8, i8x8, iq4_levels, iq4_table, iq4_xs_scales_at, k4_scales,
-    load128, load256, pair16_mask, q3_k_values, q4_1_contrib, q4_k_values, q4_values, q5_0_values,
-    q5_1_values, q5_k_values, q6_k_values, reduce8, two_bit_values, Slots,
+    add_scaled, bcast16_mask, d_dmin8, fp16_at8, i8x8, iq4_levels, iq4_table, iq4_xs_scales_at,
+    k4_scales, load128, load256, pair16_mask, q3_k_values, q4_1_contrib, q4_k_values, q4_values,
+    q5_0_values, q5_1_values, q5_k_values, q6_k_values, reduce8, two_bit_values, Slots,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
 use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q6_k, q8_0};
@@ -64,11 +64,7 @@ unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out:
             }
             (reduce8(&v), fp16_at8(&s, d_off))
         };
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(isum),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, isum, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -76,25 +72,15 @@ unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out:
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
-/// Q8_0 x Q8_0 group kernel.
-///
-/// # Safety
-/// The CPU must support AVX2 and F16C.
-#[target_feature(enable = "avx2,f16c")]
-pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { signed32_group::<false>(g, act, out) }
-}
-
-/// IQ4_NL x Q8_0 group kernel.
-///
-/// # Safety
-/// The CPU must support AVX2 and F16C.
-#[target_feature(enable = "avx2,f16c")]
-pub unsafe fn iq4_nl_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { signed32_group::<true>(g, act, out) }
-}
+forward_pair!(
+    "avx2,f16c",
+    ActQ8_0,
+    signed32_group,
+    /// Q8_0 x Q8_0 group kernel.
+    q8_0_group,
+    /// IQ4_NL x Q8_0 group kernel.
+    iq4_nl_group
+);
 
 /// IQ4_XS x Q8_K group kernel: per sub-block `j` of 32, the levels
 /// (`pshufb`) times the activations as signed x signed `maddubs` pairs,
@@ -129,11 +115,7 @@ pub unsafe fn iq4_xs_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8
             }
             (reduce8(&sv), fp16_at8(&s, iq4_xs::D))
         };
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(sv),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, sv, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -177,11 +159,7 @@ pub unsafe fn q4_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
         let (raw, d) = unsafe { (q4_raw8(&s, q4_0::QS, a), fp16_at8(&s, q4_0::D)) };
         // sum (v - 8) a = sum v a - 8 sum a.
         let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(8 * a.sum));
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(isum),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, isum, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -233,11 +211,7 @@ pub unsafe fn q5_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
         };
         // sum (v - 16) a = sum v a - 16 sum a.
         let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(16 * a.sum));
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(isum),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, isum, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -321,25 +295,15 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
-/// Q4_K x Q8_K group kernel.
-///
-/// # Safety
-/// The CPU must support AVX2 and F16C.
-#[target_feature(enable = "avx2,f16c")]
-pub unsafe fn q4_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k4_group::<false>(g, act, out) }
-}
-
-/// Q5_K x Q8_K group kernel.
-///
-/// # Safety
-/// The CPU must support AVX2 and F16C.
-#[target_feature(enable = "avx2,f16c")]
-pub unsafe fn q5_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k4_group::<true>(g, act, out) }
-}
+forward_pair!(
+    "avx2,f16c",
+    BlockQ8K,
+    k4_group,
+    /// Q4_K x Q8_K group kernel.
+    q4_k_group,
+    /// Q5_K x Q8_K group kernel.
+    q5_k_group
+);
 
 /// Q6_K x Q8_K group kernel.
 ///
@@ -379,11 +343,7 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
             }
             (reduce8(&sv), fp16_at8(&s, q6_k::D))
         };
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(sv),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, sv, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -471,25 +431,15 @@ unsafe fn k16_group<const Q3: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mu
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
-/// Q2_K x Q8_K group kernel (also the AVX-512 tier's).
-///
-/// # Safety
-/// The CPU must support AVX2 and F16C.
-#[target_feature(enable = "avx2,f16c")]
-pub unsafe fn q2_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k16_group::<false>(g, act, out) }
-}
-
-/// Q3_K x Q8_K group kernel (also the AVX-512 tier's).
-///
-/// # Safety
-/// The CPU must support AVX2 and F16C.
-#[target_feature(enable = "avx2,f16c")]
-pub unsafe fn q3_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k16_group::<true>(g, act, out) }
-}
+forward_pair!(
+    "avx2,f16c",
+    BlockQ8K,
+    k16_group,
+    /// Q2_K x Q8_K group kernel (also the AVX-512 tier's).
+    q2_k_group,
+    /// Q3_K x Q8_K group kernel (also the AVX-512 tier's).
+    q3_k_group
+);
 
 /// CQ4 super-block kernel (64 channels).
 ///

@@ -12,8 +12,9 @@
 use core::arch::x86_64::*;
 
 use super::{
-    bcast16_mask, d_dmin8, fp16_at8, i8x8, iq4_levels, iq4_table, iq4_xs_scales_at, k4_scales,
-    load128, load256, q4_1_contrib, q4_values, q5_0_values, q5_1_values, read_u32, reduce8, Slots,
+    add_scaled, bcast16_mask, d_dmin8, fp16_at8, i8x8, iq4_levels, iq4_table, iq4_xs_scales_at,
+    k4_scales, load128, load256, q4_1_contrib, q4_values, q5_0_values, q5_1_values, read_u32,
+    reduce8, Slots,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
 use crate::blocks::{iq4_nl, iq4_xs, q4_0, q4_1, q6_k, q8_0};
@@ -55,11 +56,7 @@ unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out:
         };
         // sum (w + 128) a - 128 sum a.
         let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(128 * a.sum));
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(isum),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, isum, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -67,25 +64,15 @@ unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out:
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
-/// Q8_0 x Q8_0 group kernel.
-///
-/// # Safety
-/// The CPU must support AVX2, F16C, AVX-512 F/BW/VL and VNNI.
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { signed32_group::<false>(g, act, out) }
-}
-
-/// IQ4_NL x Q8_0 group kernel.
-///
-/// # Safety
-/// The CPU must support AVX2, F16C, AVX-512 F/BW/VL and VNNI.
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn iq4_nl_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { signed32_group::<true>(g, act, out) }
-}
+forward_pair!(
+    "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    ActQ8_0,
+    signed32_group,
+    /// Q8_0 x Q8_0 group kernel.
+    q8_0_group,
+    /// IQ4_NL x Q8_0 group kernel.
+    iq4_nl_group
+);
 
 /// IQ4_XS x Q8_K group kernel. Two sub-blocks `2e, 2e + 1` per 512-bit
 /// vector: levels XOR 0x80 into `vpdpbusd` against activations
@@ -136,11 +123,7 @@ pub unsafe fn iq4_xs_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8
             }
             (reduce8(&sv), fp16_at8(&s, iq4_xs::D))
         };
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(sv),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, sv, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -183,11 +166,7 @@ pub unsafe fn q4_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
         // every slot is in bounds (qs: 16 bytes at 2, d at 0).
         let (raw, d) = unsafe { (q4_raw8(&s, q4_0::QS, a), fp16_at8(&s, q4_0::D)) };
         let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(8 * a.sum));
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(isum),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, isum, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -236,11 +215,7 @@ pub unsafe fn q5_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
             (reduce8(&v), fp16_at8(&s, 0))
         };
         let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(16 * a.sum));
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(isum),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, isum, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -385,25 +360,15 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
-/// Q4_K x Q8_K group kernel.
-///
-/// # Safety
-/// The CPU must support AVX2, F16C, AVX-512 F/BW/VL and VNNI.
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn q4_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k4_group::<false>(g, act, out) }
-}
-
-/// Q5_K x Q8_K group kernel.
-///
-/// # Safety
-/// The CPU must support AVX2, F16C, AVX-512 F/BW/VL and VNNI.
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn q5_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k4_group::<true>(g, act, out) }
-}
+forward_pair!(
+    "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    BlockQ8K,
+    k4_group,
+    /// Q4_K x Q8_K group kernel.
+    q4_k_group,
+    /// Q5_K x Q8_K group kernel.
+    q5_k_group
+);
 
 /// Q6_K x Q8_K group kernel. Per half `h` of the block, one 512-bit vector
 /// holds weights `128h .. 128h + 64` (low nibbles of `ql[64h..64h + 64]`)
@@ -473,11 +438,7 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
             }
             (reduce8(&sv), fp16_at8(&s, q6_k::D))
         };
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(sv),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, sv, d, a.d);
         s.prefetch();
         s.advance();
     }

@@ -51,6 +51,16 @@ pub(crate) fn fp16x8(h: &[u16; 8]) -> __m256 {
     _mm256_cvtph_ps(v)
 }
 
+/// `acc + f32(s) * (d * da)` lane-wise: the block formula of the formats
+/// without mins for 8 rows (the scalar order: the product of the scales
+/// first, no FMA).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn add_scaled(acc: __m256, s: __m256i, d: __m256, da: f32) -> __m256 {
+    let c = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(da)));
+    _mm256_add_ps(acc, c)
+}
+
 /// How far ahead the CQ4 kernels prefetch panel bytes.
 pub(crate) const CQ4_PREFETCH_BYTES: usize = 2048;
 
