@@ -274,6 +274,14 @@ pub enum QtypeArg {
     Q5K,
     #[value(name = "q6_k")]
     Q6K,
+    #[value(name = "q2_k")]
+    Q2K,
+    #[value(name = "q3_k")]
+    Q3K,
+    #[value(name = "iq4_nl")]
+    Iq4Nl,
+    #[value(name = "iq4_xs")]
+    Iq4Xs,
     /// llama.cpp's Q4_K_S mixture (Q4_K; Q5_K for the first attn_v and
     /// ffn_down; Q6_K output).
     #[value(name = "q4_k_s")]
@@ -303,6 +311,10 @@ impl From<QtypeArg> for crate::mixture::Scheme {
             QtypeArg::Q4K => S::Pure(G::Q4_K),
             QtypeArg::Q5K => S::Pure(G::Q5_K),
             QtypeArg::Q6K => S::Pure(G::Q6_K),
+            QtypeArg::Q2K => S::Pure(G::Q2_K),
+            QtypeArg::Q3K => S::Pure(G::Q3_K),
+            QtypeArg::Iq4Nl => S::Pure(G::IQ4_NL),
+            QtypeArg::Iq4Xs => S::Pure(G::IQ4_XS),
             QtypeArg::Q4KS => S::Q4KS,
             QtypeArg::Q4KM => S::Q4KM,
             QtypeArg::Q5KS => S::Q5KS,
@@ -314,7 +326,7 @@ impl From<QtypeArg> for crate::mixture::Scheme {
 /// Arguments of the conversion (the default command).
 ///
 /// Modes: with no mode flag, every 2-D tensor stored in one of the ggml
-/// types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K gets a row-interleaved sidecar file
+/// types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS gets a row-interleaved sidecar file
 /// and every other tensor is listed in the manifest as staying in the
 /// source file (keep mode). `--plain` writes plain FP16/FP32 files.
 #[derive(Debug, Args)]
@@ -342,7 +354,7 @@ pub struct ConvertArgs {
     pub layout: Option<LayoutArg>,
 
     /// With --bits 4 --layout source: tensors already in
-    /// Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K stay in their ggml type as R4/R8 sidecars
+    /// Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS stay in their ggml type as R4/R8 sidecars
     /// instead of being requantized.
     #[arg(long, requires = "bits")]
     pub keep_quant: bool,
@@ -359,7 +371,7 @@ pub struct ConvertArgs {
 
     /// Keep mode: quantize float 2-D weights (matmul, embedding, output) to
     /// this ggml type first, so float models get sidecars too. Tensors already
-    /// in one of the eight sidecar types keep their own type.
+    /// in one of the twelve sidecar types keep their own type.
     #[arg(long, value_enum, value_name = "TYPE")]
     pub qtype: Option<QtypeArg>,
 
@@ -373,7 +385,8 @@ pub struct ConvertArgs {
     /// panels and FP16): matching matrices are written FP16 instead of CQ4,
     /// e.g. `attn_v=f16` (matched against the source's tensor names).
     /// Repeatable. Rows TYPE's blocks do not divide fall back as in
-    /// llama.cpp (Q4_K -> Q5_0, Q6_K -> Q8_0).
+    /// llama.cpp (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K / Q3_K /
+    /// IQ4_XS -> IQ4_NL).
     #[arg(long, value_name = "REGEX=TYPE")]
     pub tensor_type: Vec<String>,
 

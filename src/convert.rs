@@ -165,7 +165,7 @@ fn write_bundle(
     let (source_files, entries) = rayon::join(hash_sources, run_jobs);
     let mut entries = entries?;
     for (e, job) in entries.iter_mut().zip(&plan.jobs) {
-        if matches!(job.action, Action::Source) {
+        if matches!(job.action, Action::Source(_)) {
             let f = &source_files[job.tensor.file];
             e.sha256 = f.sha256.clone();
             e.source_file = Some(f.name.clone());

@@ -57,6 +57,15 @@ fn is_container(path: &Path) -> Result<bool> {
     Ok((n == 4 && magic == *b"CACT") || path.extension().is_some_and(|e| e == "weights"))
 }
 
+/// What default keep mode does with `t`: "sidecar", or why it stays in the
+/// source (e.g. "IQ2_XXS: no sidecar kernel").
+fn keep_mode(t: &model_sources::Tensor) -> String {
+    match t.dtype.ggml() {
+        Some(g) if t.shape.len() == 2 && crate::mixture::has_sidecar(g) => "sidecar".into(),
+        _ => format!("stays: {}", crate::plan::Stay::of(t)),
+    }
+}
+
 /// A model source (GGUF, safetensors, HF folder): its tensors, read from the
 /// headers only (no tensor data is touched).
 fn inspect_source(path: &Path, json: bool) -> Result<String> {
@@ -69,7 +78,7 @@ fn inspect_source(path: &Path, json: bool) -> Result<String> {
                 serde_json::json!({
                     "name": t.name, "role": t.role.as_str(), "shape": t.shape,
                     "dtype": t.dtype.to_string(), "file": cat.file_of(t).display().to_string(),
-                    "offset": t.offset, "bytes": t.n_bytes,
+                    "offset": t.offset, "bytes": t.n_bytes, "keep_mode": keep_mode(t),
                 })
             })
             .collect();
@@ -97,20 +106,21 @@ fn inspect_source(path: &Path, json: bool) -> Result<String> {
     let w = first_column_width(cat.tensors.iter().map(|t| t.name.len()));
     writeln!(
         s,
-        "{:<w$}  {:<15}  {:<14}  {:<7}  {:>12}  {:>10}",
+        "{:<w$}  {:<15}  {:<14}  {:<7}  {:>12}  {:>10}  keep mode",
         "tensor", "role", "shape", "dtype", "offset", "bytes"
     )?;
     for t in &cat.tensors {
         let shape = shape_text(&t.shape);
         writeln!(
             s,
-            "{:<w$}  {:<15}  {:<14}  {:<7}  {:>12}  {:>10}",
+            "{:<w$}  {:<15}  {:<14}  {:<7}  {:>12}  {:>10}  {}",
             t.name,
             t.role.as_str(),
             shape,
             t.dtype.to_string(),
             t.offset,
-            t.n_bytes
+            t.n_bytes,
+            keep_mode(t)
         )?;
     }
     Ok(s)

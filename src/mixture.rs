@@ -11,7 +11,8 @@
 //! - `--tensor-type REGEX=TYPE` overrides both for tensors whose name (lower
 //!   case) the regex matches anywhere; the first matching rule wins.
 //! - Then the fallback for rows the type's blocks do not divide: Q4_K ->
-//!   Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (as llama.cpp does).
+//!   Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K / Q3_K / IQ4_XS -> IQ4_NL (as
+//!   llama.cpp does).
 
 use anyhow::Result;
 use ggml_quants::GgmlType;
@@ -115,7 +116,8 @@ pub fn matching<'o>(overrides: &'o [Override], name: &str) -> Option<&'o Overrid
 }
 
 /// llama.cpp's type for rows of `k` values that `chosen`'s blocks do not
-/// divide (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; else `chosen`).
+/// divide (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K / Q3_K / IQ4_XS
+/// -> IQ4_NL; else `chosen`).
 pub fn fallback(chosen: GgmlType, k: u64) -> GgmlType {
     if k.is_multiple_of(chosen.block_size() as u64) {
         return chosen;
@@ -124,6 +126,7 @@ pub fn fallback(chosen: GgmlType, k: u64) -> GgmlType {
         GgmlType::Q4_K => GgmlType::Q5_0,
         GgmlType::Q5_K => GgmlType::Q5_1,
         GgmlType::Q6_K => GgmlType::Q8_0,
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::IQ4_XS => GgmlType::IQ4_NL,
         other => other,
     }
 }

@@ -39,8 +39,9 @@ pub enum Action<'o> {
         /// Quantized from float by `--qtype`.
         requantize: bool,
     },
-    /// Stays in the source file; only listed in the manifest.
-    Source,
+    /// Stays in the source file (why: no sidecar of it); only listed in
+    /// the manifest.
+    Source(Stay),
     /// Not converted (engine layout), with the reason.
     Skip(&'static str),
     /// CQ4 packed panels of `family`, with the bundle's rotations.
@@ -50,6 +51,50 @@ pub enum Action<'o> {
         /// Seed, codebooks and rotations shared by the bundle.
         bundle: &'o cq4::Bundle,
     },
+}
+
+/// Why keep mode leaves a tensor in the source file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stay {
+    /// A ggml block type no sidecar kernel serves.
+    NoKernel(GgmlType),
+    /// 3-D expert tensor `[n_expert, N, K]`.
+    Experts,
+    /// Not 2-D (norms, biases, scalars).
+    NotMatrix(usize),
+    /// A float matrix and no `--qtype`.
+    Float,
+    /// A 2-D float tensor that is not a weight matrix.
+    NotWeights,
+    /// A raw (non-ggml) element type.
+    Raw(RawType),
+}
+
+impl Stay {
+    /// Why `t` (keep mode, no sidecar chosen) stays in the source.
+    pub fn of(t: &Tensor) -> Stay {
+        match t.dtype {
+            Dtype::Raw(r) => Stay::Raw(r),
+            Dtype::Ggml(g) if !t.dtype.is_float() && !has_sidecar(g) => Stay::NoKernel(g),
+            _ if t.shape.len() == 3 && t.role.is_matrix() => Stay::Experts,
+            _ if t.shape.len() != 2 => Stay::NotMatrix(t.shape.len()),
+            _ if t.role.is_matrix() => Stay::Float,
+            _ => Stay::NotWeights,
+        }
+    }
+}
+
+impl std::fmt::Display for Stay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stay::NoKernel(g) => write!(f, "{g}: no sidecar kernel"),
+            Stay::Experts => write!(f, "3-D expert tensor: no expert sidecars yet"),
+            Stay::NotMatrix(n) => write!(f, "{n}-D, not a matrix"),
+            Stay::Float => write!(f, "float matrix, no --qtype"),
+            Stay::NotWeights => write!(f, "not a weight matrix"),
+            Stay::Raw(r) => write!(f, "raw {r}"),
+        }
+    }
 }
 
 /// "hadamard" or "orthogonal".
@@ -94,7 +139,7 @@ impl Action<'_> {
                     ""
                 }
             ),
-            Action::Source => "stays in the source file".into(),
+            Action::Source(why) => format!("stays in the source file ({why})"),
             Action::Skip(why) => format!("not converted: {why}"),
             Action::Panels { family, .. } => {
                 format!("CQ4 packed panels, {} rotation", family_name(family))
@@ -111,14 +156,14 @@ impl Action<'_> {
                 ty.name().to_ascii_lowercase(),
                 interleave.factor()
             ),
-            Action::Source | Action::Skip(_) => String::new(),
+            Action::Source(_) | Action::Skip(_) => String::new(),
             Action::Panels { .. } => ".cq4p.weights".into(),
         }
     }
 
     /// False for tensors that stay in the source.
     pub fn writes_file(self) -> bool {
-        !matches!(self, Action::Source | Action::Skip(_))
+        !matches!(self, Action::Source(_) | Action::Skip(_))
     }
 }
 
@@ -509,7 +554,7 @@ fn action_for<'o>(
                     requantize: true,
                 }
             } else {
-                Action::Source
+                Action::Source(Stay::of(t))
             }
         }
     })

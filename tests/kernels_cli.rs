@@ -77,7 +77,8 @@ fn every_fixture_conversion_verifies() {
         ("models/tiny-llama-f32.gguf", vec!["--plain"]),
     ];
     for q in [
-        "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k",
+        "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q2_k", "q3_k", "iq4_nl",
+        "iq4_xs",
     ] {
         cases.push(("models/tiny-llama-f32.gguf", vec!["--qtype", q]));
     }

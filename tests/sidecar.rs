@@ -111,18 +111,22 @@ fn quantized_gguf(ty: ggml_quants::GgmlType) -> Vec<u8> {
     b
 }
 
-/// Keep mode on Q4_0 / Q4_1 / Q5_1 sources: every 2-D tensor gets an R4 / R8
-/// sidecar that unpacks to the source bytes (the run verifies itself on
-/// every tier), and `--qtype q4_0|q4_1` from the f32 model writes the very
-/// same bytes (`--qtype q5_1` likewise).
+/// Keep mode on Q4_0 / Q4_1 / Q5_1 / Q2_K / Q3_K / IQ4_NL / IQ4_XS sources: every 2-D
+/// tensor gets an R4 / R8 sidecar that unpacks to the source bytes (the run
+/// verifies itself on every tier), and `--qtype` of the same type from the
+/// f32 model writes the very same bytes.
 #[test]
-fn q4_0_q4_1_and_q5_1_sources_get_sidecars() {
+fn legacy_low_bit_k_and_iq4_sources_get_sidecars() {
     use ggml_quants::GgmlType;
     let tmp = tempfile::tempdir().unwrap();
     for (ty, q) in [
         (GgmlType::Q4_0, "q4_0"),
         (GgmlType::Q4_1, "q4_1"),
         (GgmlType::Q5_1, "q5_1"),
+        (GgmlType::Q2_K, "q2_k"),
+        (GgmlType::Q3_K, "q3_k"),
+        (GgmlType::IQ4_NL, "iq4_nl"),
+        (GgmlType::IQ4_XS, "iq4_xs"),
     ] {
         let path = tmp.path().join(format!("tiny-llama-{ty}.gguf"));
         std::fs::write(&path, quantized_gguf(ty)).unwrap();
@@ -462,7 +466,7 @@ fn tensor_type_overrides_the_mixture_and_keeps_the_fallback() {
     assert_eq!(ty("blk.0.attn_q.weight"), "Q5_0");
     assert_eq!(ty("output.weight"), "Q8_0");
     // Bad rules.
-    for bad in ["attn_v", "attn_v=q2_k", "(=q8_0"] {
+    for bad in ["attn_v", "attn_v=iq2_xxs", "(=q8_0"] {
         let out = tmp.path().join("bad");
         let o = convert_into(
             &fixture("models/tiny-llama-f32.gguf"),
@@ -548,10 +552,65 @@ fn cq4_tensor_type_mixes_llama_cpp_sidecars_and_fp16() {
             "--layout",
             "source",
             "--tensor-type",
-            "attn_v=q3_k",
+            "attn_v=iq2_xxs",
         ],
     ] {
         let o = convert_into(&f32_model, &tmp.path().join("bad"), &bad);
         assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
     }
+}
+
+/// Tensors keep mode cannot serve stay in the source, and the manifest,
+/// the plan and `inspect` say why: a 2-D IQ2_XXS matrix ("IQ2_XXS: no
+/// sidecar kernel"), a 3-D expert tensor, a 1-D norm.
+#[test]
+fn tensors_without_sidecars_are_listed_with_the_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    // IQ2_XXS (id 16): 66 bytes per 256; Q8_0 (id 8): 34 bytes per 32.
+    let infos = [
+        TInfo {
+            name: "blk.0.attn_q.weight".into(),
+            dims: vec![256, 8],
+            ty: 16,
+            offset: 0,
+        },
+        TInfo {
+            name: "blk.0.ffn_gate_exps.weight".into(),
+            dims: vec![32, 8, 2],
+            ty: 8,
+            offset: 544,
+        },
+        TInfo::f32("blk.0.attn_norm.weight", &[256], 1088),
+    ];
+    let kvs = [("general.architecture", "llama")];
+    let input = tmp.path().join("mixed.gguf");
+    std::fs::write(&input, gguf_bytes(3, 3, 1, &kvs, &infos, 2112)).unwrap();
+    let out = tmp.path().join("out");
+    let o = convert_into(&input, &out, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m = manifest(&out);
+    let reason = |name: &str| -> String {
+        let e = m["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["tensor"] == name)
+            .unwrap_or_else(|| panic!("{name} not in the manifest"));
+        assert_eq!(e["layout"], "source", "{name}");
+        e["details"]["reason"].as_str().unwrap().to_string()
+    };
+    assert_eq!(reason("blk.0.attn_q.weight"), "IQ2_XXS: no sidecar kernel");
+    assert!(reason("blk.0.ffn_gate_exps.weight").starts_with("3-D"));
+    assert!(reason("blk.0.attn_norm.weight").starts_with("1-D"));
+    let o = convert(&["inspect".into(), input.clone().into_os_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("blk.0.attn_q.weight"))
+        .unwrap();
+    assert!(
+        line.ends_with("stays: IQ2_XXS: no sidecar kernel"),
+        "{line}"
+    );
 }

@@ -61,7 +61,7 @@ fn write(ctx: &Ctx, job: &Job) -> Result<Entry> {
             details: Some(serde_json::json!({ "skipped": why })),
             ..Entry::new(t, None, t.dtype.to_string(), "skipped", None, None)
         }),
-        Action::Source => {
+        Action::Source(why) => {
             if ctx.opts.dtype == ggml_quants::TorchDtype::Float16 && t.dtype.is_float() {
                 // Nothing is materialized, but the bundle promises the
                 // tensor in the requested dtype: check that it fits.
@@ -73,7 +73,7 @@ fn write(ctx: &Ctx, job: &Job) -> Result<Entry> {
                 t.dtype.to_string(),
                 "source",
                 None,
-                Some(serde_json::json!({ "offset": t.offset })),
+                Some(serde_json::json!({ "offset": t.offset, "reason": why.to_string() })),
             ))
         }
     }

@@ -45,7 +45,9 @@
 use rayon::prelude::*;
 
 use kernels::act::{quantize_groups, Cq4Act};
-use kernels::format::{ActBlock, GgmlFormat, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
+use kernels::format::{
+    ActBlock, GgmlFormat, Iq4Nl, Iq4Xs, Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0,
+};
 use kernels::panel::GROUP;
 use kernels::{
     check_len, FloatMatrix, Gemv, GgmlMatrix, Isa, KernelError, Matrix, PanelMatrix, QuantFormat,
@@ -141,6 +143,10 @@ pub fn reference(m: &Matrix<'_>, x: &[f32]) -> Result<Reference, KernelError> {
             QuantFormat::Q4K => ggml::<Q4K>(g, x),
             QuantFormat::Q5K => ggml::<Q5K>(g, x),
             QuantFormat::Q6K => ggml::<Q6K>(g, x),
+            QuantFormat::Q2K => ggml::<Q2K>(g, x),
+            QuantFormat::Q3K => ggml::<Q3K>(g, x),
+            QuantFormat::Iq4Nl => ggml::<Iq4Nl>(g, x),
+            QuantFormat::Iq4Xs => ggml::<Iq4Xs>(g, x),
         },
         Matrix::Float(f) => Ok(float(f, x)),
         Matrix::Panel(p) => panel(p, x),

@@ -10,7 +10,8 @@
 use core::mem::{offset_of, size_of};
 
 use ggml_quants::float::fp16_to_f32;
-use ggml_quants::k_quants::{BlockQ4K, BlockQ5K, BlockQ6K};
+use ggml_quants::iq4::{BlockIq4Nl, BlockIq4Xs, KVALUES_IQ4NL};
+use ggml_quants::k_quants::{q3k_scale, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use ggml_quants::legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 
 /// Q8_0: `d` fp16, `qs` i8\[32\].
@@ -158,6 +159,116 @@ pub mod q6_k {
     );
 }
 
+/// IQ4_NL: `d` fp16, `qs` u8\[16\] (indices into [`KVALUES_IQ4NL`],
+/// nibbles as Q4_0).
+pub mod iq4_nl {
+    use super::*;
+    /// Bytes per block.
+    pub const BYTES: usize = 18;
+    /// Weights per block.
+    pub const QK: usize = 32;
+    /// Offset of `d`.
+    pub const D: usize = offset_of!(BlockIq4Nl, d);
+    /// Offset of `qs`.
+    pub const QS: usize = offset_of!(BlockIq4Nl, qs);
+    const _: () = assert!(size_of::<BlockIq4Nl>() == BYTES && D == 0 && QS == 2);
+}
+
+/// IQ4_XS: `d` fp16, `scales_h` u16, `scales_l` u8\[4\], `qs` u8\[128\]
+/// (per sub-block of 32: 16 bytes, nibbles as Q4_0).
+pub mod iq4_xs {
+    use super::*;
+    /// Bytes per block.
+    pub const BYTES: usize = 136;
+    /// Weights per block.
+    pub const QK: usize = 256;
+    /// Offset of `d`.
+    pub const D: usize = offset_of!(BlockIq4Xs, d);
+    /// Offset of `scales_h`.
+    pub const SCALES_H: usize = offset_of!(BlockIq4Xs, scales_h);
+    /// Offset of `scales_l`.
+    pub const SCALES_L: usize = offset_of!(BlockIq4Xs, scales_l);
+    /// Offset of `qs`.
+    pub const QS: usize = offset_of!(BlockIq4Xs, qs);
+    const _: () = assert!(
+        size_of::<BlockIq4Xs>() == BYTES && D == 0 && SCALES_H == 2 && SCALES_L == 4 && QS == 8
+    );
+}
+
+/// The 16 IQ4 levels (ggml's `kvalues_iq4nl`), as the kernels' lookup table.
+pub const IQ4_LEVELS: [i8; 16] = KVALUES_IQ4NL;
+
+/// The 8 signed sub-block scales (`ls - 32`, -32..=31) of an IQ4_XS block
+/// from its header bytes `b[2..8]` (`scales_h`, `scales_l`): the 6-bit `ls`
+/// of sub-block `j` is nibble `j % 2` of `scales_l[j / 2]` plus bits
+/// `2j, 2j + 1` of `scales_h` as bits 4, 5 (ggml's `dequantize_row_iq4_xs`).
+#[inline(always)]
+pub fn iq4_xs_scales(b: &[u8]) -> [i8; 8] {
+    let h = u16::from_le_bytes([b[iq4_xs::SCALES_H], b[iq4_xs::SCALES_H + 1]]);
+    let mut sc = [0i8; 8];
+    for (j, s) in sc.iter_mut().enumerate() {
+        let lo = (b[iq4_xs::SCALES_L + j / 2] >> (4 * (j % 2))) & 0x0F;
+        let hi = ((h >> (2 * j)) & 3) as u8;
+        *s = (lo | (hi << 4)) as i8 - 32;
+    }
+    sc
+}
+
+/// Q2_K: `scales` u8\[16\] (scale low nibble, min high nibble), `qs`
+/// u8\[64\] (2-bit), `d`, `dmin` fp16 (last).
+pub mod q2_k {
+    use super::*;
+    /// Bytes per block.
+    pub const BYTES: usize = 84;
+    /// Weights per block.
+    pub const QK: usize = 256;
+    /// Offset of `scales`.
+    pub const SCALES: usize = offset_of!(BlockQ2K, scales);
+    /// Offset of `qs`.
+    pub const QS: usize = offset_of!(BlockQ2K, qs);
+    /// Offset of `d`.
+    pub const D: usize = offset_of!(BlockQ2K, d);
+    /// Offset of `dmin`.
+    pub const DMIN: usize = offset_of!(BlockQ2K, dmin);
+    const _: () =
+        assert!(size_of::<BlockQ2K>() == BYTES && SCALES == 0 && QS == 16 && D == 80 && DMIN == 82);
+}
+
+/// Q3_K: `hmask` u8\[32\], `qs` u8\[64\] (low 2 bits), `scales` u8\[12\]
+/// (6-bit packed), `d` fp16 (last).
+pub mod q3_k {
+    use super::*;
+    /// Bytes per block.
+    pub const BYTES: usize = 110;
+    /// Weights per block.
+    pub const QK: usize = 256;
+    /// Offset of `hmask`.
+    pub const HMASK: usize = offset_of!(BlockQ3K, hmask);
+    /// Offset of `qs`.
+    pub const QS: usize = offset_of!(BlockQ3K, qs);
+    /// Offset of `scales`.
+    pub const SCALES: usize = offset_of!(BlockQ3K, scales);
+    /// Offset of `d`.
+    pub const D: usize = offset_of!(BlockQ3K, d);
+    const _: () = assert!(
+        size_of::<BlockQ3K>() == BYTES && HMASK == 0 && QS == 32 && SCALES == 96 && D == 108
+    );
+}
+
+/// The 16 signed scales (-32..=31) of a Q3_K block from its 12 packed
+/// scale bytes (ggml-quants' `q3k_scale`).
+#[inline(always)]
+pub fn q3_k_scales(s: &[u8; 12]) -> [i8; 16] {
+    core::array::from_fn(|j| q3k_scale(j, s))
+}
+
+/// The 2-bit field of weight `i` (0..256) of the 64 bytes at `qs` (Q2_K /
+/// Q3_K): byte `32 (i / 128) + i % 32`, bits `2 ((i % 128) / 32)`.
+#[inline(always)]
+fn two_bit(b: &[u8], qs: usize, i: usize) -> i32 {
+    ((b[qs + 32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3) as i32
+}
+
 /// The fp16 at `b[o..o + 2]` as f32 (exact).
 #[inline(always)]
 pub(crate) fn f16_at(b: &[u8], o: usize) -> f32 {
@@ -233,6 +344,26 @@ view!(
     /// A Q5_1 block.
     Q5_1View,
     q5_1::BYTES
+);
+view!(
+    /// An IQ4_NL block.
+    Iq4NlView,
+    iq4_nl::BYTES
+);
+view!(
+    /// An IQ4_XS block.
+    Iq4XsView,
+    iq4_xs::BYTES
+);
+view!(
+    /// A Q2_K block.
+    Q2KView,
+    q2_k::BYTES
+);
+view!(
+    /// A Q3_K block.
+    Q3KView,
+    q3_k::BYTES
 );
 view!(
     /// A Q4_K block.
@@ -331,6 +462,77 @@ impl Q5_1View<'_> {
     }
 }
 
+impl Iq4NlView<'_> {
+    /// Scale.
+    pub fn d(&self) -> f32 {
+        f16_at(self.0, iq4_nl::D)
+    }
+    /// Level of weight `i` (0..32): `KVALUES_IQ4NL[index]`, the weight is `d * level`.
+    pub fn level(&self, i: usize) -> i32 {
+        IQ4_LEVELS[nibble(self.0, iq4_nl::QS, i) as usize] as i32
+    }
+}
+
+impl Iq4XsView<'_> {
+    /// Super-scale.
+    pub fn d(&self) -> f32 {
+        f16_at(self.0, iq4_xs::D)
+    }
+    /// The 8 signed sub-block scales (see [`iq4_xs_scales`]).
+    pub fn scales(&self) -> [i8; 8] {
+        iq4_xs_scales(self.0)
+    }
+    /// Level of weight `i` (0..256): sub-block `j = i / 32`, the weight is
+    /// `d * scales()[j] * level`.
+    pub fn level(&self, i: usize) -> i32 {
+        IQ4_LEVELS[nibble(self.0, iq4_xs::QS + 16 * (i / 32), i % 32) as usize] as i32
+    }
+}
+
+impl Q2KView<'_> {
+    /// Super-scale.
+    pub fn d(&self) -> f32 {
+        f16_at(self.0, q2_k::D)
+    }
+    /// Super-min.
+    pub fn dmin(&self) -> f32 {
+        f16_at(self.0, q2_k::DMIN)
+    }
+    /// Scale (0..=15) of sub-block `j` (0..16, 16 weights each).
+    pub fn scale(&self, j: usize) -> i32 {
+        (self.0[q2_k::SCALES + j] & 15) as i32
+    }
+    /// Min (0..=15) of sub-block `j`.
+    pub fn min(&self, j: usize) -> i32 {
+        (self.0[q2_k::SCALES + j] >> 4) as i32
+    }
+    /// 2-bit value of weight `i` (0..256): the weight is `d * scale(i / 16)
+    /// * v - dmin * min(i / 16)`.
+    pub fn v(&self, i: usize) -> i32 {
+        two_bit(self.0, q2_k::QS, i)
+    }
+}
+
+impl Q3KView<'_> {
+    /// Super-scale.
+    pub fn d(&self) -> f32 {
+        f16_at(self.0, q3_k::D)
+    }
+    /// The 16 signed sub-block scales.
+    pub fn scales(&self) -> [i8; 16] {
+        let mut s = [0u8; 12];
+        s.copy_from_slice(&self.0[q3_k::SCALES..q3_k::SCALES + 12]);
+        q3_k_scales(&s)
+    }
+    /// Signed 3-bit value (-4..=3) of weight `i` (0..256): the 2-bit field,
+    /// minus 4 when bit `i / 32` of `hmask[i % 32]` is clear; the weight is
+    /// `d * scales()[i / 16] * v`.
+    pub fn v(&self, i: usize) -> i32 {
+        let hi = (self.0[q3_k::HMASK + i % 32] >> (i / 32)) & 1;
+        two_bit(self.0, q3_k::QS, i) - if hi == 0 { 4 } else { 0 }
+    }
+}
+
 impl Q4KView<'_> {
     /// Super-scale.
     pub fn d(&self) -> f32 {
@@ -404,6 +606,31 @@ impl Q6KView<'_> {
 mod tests {
     use super::*;
     use ggml_quants::k_quants::get_scale_min_k4;
+
+    #[test]
+    fn iq4_xs_scales_match_ggml() {
+        use ggml_quants::iq4::BlockIq4Xs;
+        let mut x = 0x9e37_79b9u32;
+        for _ in 0..1000 {
+            let mut b = [0u8; iq4_xs::BYTES];
+            for v in b.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                *v = x as u8;
+            }
+            let blk = BlockIq4Xs {
+                d: [b[0], b[1]],
+                scales_h: [b[2], b[3]],
+                scales_l: [b[4], b[5], b[6], b[7]],
+                qs: b[8..].try_into().unwrap(),
+            };
+            let sc = iq4_xs_scales(&b);
+            for (j, s) in sc.iter().enumerate() {
+                assert_eq!(*s as i32, blk.scale(j) as i32 - 32);
+            }
+        }
+    }
 
     #[test]
     fn k4_scale_unpack_matches_ggml() {

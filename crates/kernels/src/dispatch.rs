@@ -68,6 +68,10 @@ static SCALAR: Kernels = Kernels {
     q4_k: crate::scalar::q4_k_group,
     q5_k: crate::scalar::q5_k_group,
     q6_k: crate::scalar::q6_k_group,
+    q2_k: crate::scalar::q2_k_group,
+    q3_k: crate::scalar::q3_k_group,
+    iq4_nl: crate::scalar::iq4_nl_group,
+    iq4_xs: crate::scalar::iq4_xs_group,
     cq4: crate::scalar::cq4_superblock,
     rotate: crate::scalar::orthogonal_rotate,
 };
@@ -83,6 +87,10 @@ static AVX2: Kernels = Kernels {
     q4_k: crate::x86::avx2::q4_k_group,
     q5_k: crate::x86::avx2::q5_k_group,
     q6_k: crate::x86::avx2::q6_k_group,
+    q2_k: crate::x86::avx2::q2_k_group,
+    q3_k: crate::x86::avx2::q3_k_group,
+    iq4_nl: crate::x86::avx2::iq4_nl_group,
+    iq4_xs: crate::x86::avx2::iq4_xs_group,
     cq4: crate::x86::avx2::cq4_superblock,
     rotate: crate::x86::avx2::orthogonal_rotate,
 };
@@ -98,6 +106,11 @@ static AVX512: Kernels = Kernels {
     q4_k: crate::x86::avx512::q4_k_group,
     q5_k: crate::x86::avx512::q5_k_group,
     q6_k: crate::x86::avx512::q6_k_group,
+    // The AVX2 kernels: no VNNI-specific Q2_K / Q3_K version yet.
+    q2_k: crate::x86::avx2::q2_k_group,
+    q3_k: crate::x86::avx2::q3_k_group,
+    iq4_nl: crate::x86::avx512::iq4_nl_group,
+    iq4_xs: crate::x86::avx512::iq4_xs_group,
     cq4: crate::x86::avx512::cq4_superblock,
     rotate: crate::x86::avx512::orthogonal_rotate,
 };
@@ -113,6 +126,10 @@ const NEON_TABLE: Kernels = Kernels {
     q4_k: crate::aarch64::neon::q4_k_group,
     q5_k: crate::aarch64::neon::q5_k_group,
     q6_k: crate::aarch64::neon::q6_k_group,
+    q2_k: crate::aarch64::neon::q2_k_group,
+    q3_k: crate::aarch64::neon::q3_k_group,
+    iq4_nl: crate::aarch64::neon::iq4_nl_group,
+    iq4_xs: crate::aarch64::neon::iq4_xs_group,
     cq4: crate::aarch64::neon::cq4_superblock,
     rotate: crate::aarch64::neon::orthogonal_rotate,
 };

@@ -1,4 +1,4 @@
-//! The eight ggml weight formats: one [`GgmlFormat`] implementation each,
+//! The twelve ggml weight formats: one [`GgmlFormat`] implementation each,
 //! holding the scalar reference arithmetic of one block (the definition the
 //! SIMD paths reproduce bit for bit).
 //!
@@ -18,6 +18,10 @@
 //! | Q4_K | Q8_K | `S = sum_j sc_j sum_{i in j} v_i a_i`, `M = sum_j m_j (bsum_2j + bsum_2j+1)` | `S * (d * d_a) - M * (dmin * d_a)` |
 //! | Q5_K | Q8_K | as Q4_K with 5-bit `v` | as Q4_K |
 //! | Q6_K | Q8_K | `S = sum_j sc_j sum_{i in j} (v_i - 32) a_i` (16 sub-blocks) | `S * (d * d_a)` |
+//! | Q2_K | Q8_K | `S = sum_j sc_j sum_{i in j} v_i a_i`, `M = sum_j m_j bsum_j` (16 sub-blocks of 16, 4-bit `sc`, `m`) | `S * (d * d_a) - M * (dmin * d_a)` |
+//! | Q3_K | Q8_K | `S = sum_j sc_j sum_{i in j} v_i a_i` (16 sub-blocks, signed 6-bit `sc`, `v` in -4..=3) | `S * (d * d_a)` |
+//! | IQ4_NL | Q8_0 | `S = sum L[v_i] a_i` (`L` = ggml's `kvalues_iq4nl`) | `S * (d_w * d_a)` |
+//! | IQ4_XS | Q8_K | `S = sum_j (ls_j - 32) sum_{i in j} L[v_i] a_i` (8 sub-blocks of 32) | `S * (d * d_a)` |
 //!
 //! Q4_1 and Q5_1 are served by the mins form `S * (d * d_a) - M * (dmin * d_a)` with
 //! `dmin = -m`: negation is exact and rounding to nearest is symmetric, so
@@ -29,15 +33,17 @@
 //! `cvtdq2ps` does), each product is one f32 multiplication in the order
 //! written (parenthesized first), no FMA. A row's result is
 //! `y = (((0 + c_0) + c_1) + ...) + c_{nb-1}`, sequential over the row's
-//! blocks in column order. Bounds: |S| < 2^27 for Q6_K (`128 * 32 * 127 * 256`),
-//! < 2^26 for Q5_K, < 2^25 for the others.
+//! blocks in column order. Bounds: |S| < 2^28 for IQ4_XS (`32 * 127 * 127 *
+//! 256`), < 2^27 for Q6_K (`128 * 32 * 127 * 256`), < 2^26 for Q5_K, < 2^25
+//! for the others.
 
 use ggml_quants::GgmlType;
 
 use crate::act::{quantize_q8_0, quantize_q8_k, ActQ8_0, BlockQ8K};
 use crate::blocks::{
-    q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, Q4KView, Q4_0View, Q4_1View, Q5KView, Q5_0View,
-    Q5_1View, Q6KView, Q8_0View,
+    iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, Iq4NlView,
+    Iq4XsView, Q2KView, Q3KView, Q4KView, Q4_0View, Q4_1View, Q5KView, Q5_0View, Q5_1View, Q6KView,
+    Q8_0View,
 };
 use crate::error::KernelError;
 use crate::table::{GroupFn, Kernels};
@@ -116,7 +122,7 @@ pub trait GgmlFormat: Copy + Send + Sync + 'static {
     const BYTES: usize;
     /// The activation block type (Q8_0 or Q8_K).
     type Act: ActBlock;
-    /// Blocks carry mins (`dmin`, `M`): Q4_1, Q5_1 (`dmin = -m`), Q4_K, Q5_K.
+    /// Blocks carry mins (`dmin`, `M`): Q4_1, Q5_1 (`dmin = -m`), Q2_K, Q4_K, Q5_K.
     const HAS_MINS: bool;
     /// The exact integer parts `(S, M)` of one block (`M = 0` for formats
     /// without mins). `w` holds at least one block.
@@ -176,6 +182,18 @@ pub struct Q5K;
 /// Marker: Q6_K weights.
 #[derive(Debug, Clone, Copy)]
 pub struct Q6K;
+/// Marker: Q2_K weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Q2K;
+/// Marker: Q3_K weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Q3K;
+/// Marker: IQ4_NL weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Iq4Nl;
+/// Marker: IQ4_XS weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Iq4Xs;
 
 fn view<'a, T>(w: &'a [u8], f: impl FnOnce(&'a [u8]) -> Option<T>) -> T {
     // Callers (RowGroup::block) always pass whole blocks.
@@ -360,5 +378,121 @@ impl GgmlFormat for Q6K {
 
     fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
         k.q6_k
+    }
+}
+
+impl GgmlFormat for Iq4Nl {
+    const TYPE: GgmlType = GgmlType::IQ4_NL;
+    const QK: usize = iq4_nl::QK;
+    const BYTES: usize = iq4_nl::BYTES;
+    type Act = ActQ8_0;
+    const HAS_MINS: bool = false;
+
+    fn block_ints(w: &[u8], a: &ActQ8_0) -> (i32, i32) {
+        let w = view(w, Iq4NlView::new);
+        let mut s = 0i32;
+        for i in 0..32 {
+            s += w.level(i) * a.qs[i] as i32;
+        }
+        (s, 0)
+    }
+
+    fn block_scales(w: &[u8]) -> (f32, f32) {
+        (view(w, Iq4NlView::new).d(), 0.0)
+    }
+
+    fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
+        k.iq4_nl
+    }
+}
+
+impl GgmlFormat for Iq4Xs {
+    const TYPE: GgmlType = GgmlType::IQ4_XS;
+    const QK: usize = iq4_xs::QK;
+    const BYTES: usize = iq4_xs::BYTES;
+    type Act = BlockQ8K;
+    const HAS_MINS: bool = false;
+
+    fn block_ints(w: &[u8], a: &BlockQ8K) -> (i32, i32) {
+        let w = view(w, Iq4XsView::new);
+        let sc = w.scales();
+        let mut s = 0i32;
+        for (j, &scj) in sc.iter().enumerate() {
+            let mut dot = 0i32;
+            for i in 32 * j..32 * j + 32 {
+                dot += w.level(i) * a.qs[i] as i32;
+            }
+            s += scj as i32 * dot;
+        }
+        (s, 0)
+    }
+
+    fn block_scales(w: &[u8]) -> (f32, f32) {
+        (view(w, Iq4XsView::new).d(), 0.0)
+    }
+
+    fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
+        k.iq4_xs
+    }
+}
+
+impl GgmlFormat for Q2K {
+    const TYPE: GgmlType = GgmlType::Q2_K;
+    const QK: usize = q2_k::QK;
+    const BYTES: usize = q2_k::BYTES;
+    type Act = BlockQ8K;
+    const HAS_MINS: bool = true;
+
+    fn block_ints(w: &[u8], a: &BlockQ8K) -> (i32, i32) {
+        let w = view(w, Q2KView::new);
+        let (mut s, mut m) = (0i32, 0i32);
+        for j in 0..16 {
+            let mut dot = 0i32;
+            for i in 16 * j..16 * j + 16 {
+                dot += w.v(i) * a.qs[i] as i32;
+            }
+            s += w.scale(j) * dot;
+            m += w.min(j) * a.bsums[j] as i32;
+        }
+        (s, m)
+    }
+
+    fn block_scales(w: &[u8]) -> (f32, f32) {
+        let v = view(w, Q2KView::new);
+        (v.d(), v.dmin())
+    }
+
+    fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
+        k.q2_k
+    }
+}
+
+impl GgmlFormat for Q3K {
+    const TYPE: GgmlType = GgmlType::Q3_K;
+    const QK: usize = q3_k::QK;
+    const BYTES: usize = q3_k::BYTES;
+    type Act = BlockQ8K;
+    const HAS_MINS: bool = false;
+
+    fn block_ints(w: &[u8], a: &BlockQ8K) -> (i32, i32) {
+        let w = view(w, Q3KView::new);
+        let sc = w.scales();
+        let mut s = 0i32;
+        for (j, &scj) in sc.iter().enumerate() {
+            let mut dot = 0i32;
+            for i in 16 * j..16 * j + 16 {
+                dot += w.v(i) * a.qs[i] as i32;
+            }
+            s += scj as i32 * dot;
+        }
+        (s, 0)
+    }
+
+    fn block_scales(w: &[u8]) -> (f32, f32) {
+        (view(w, Q3KView::new).d(), 0.0)
+    }
+
+    fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
+        k.q3_k
     }
 }

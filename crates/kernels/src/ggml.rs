@@ -16,12 +16,14 @@ use weights_file::{interleave, Precision, WeightsFile};
 
 use crate::dispatch::{kernels, split_rows, Exec, GroupFn};
 use crate::error::{check_len, KernelError};
-use crate::format::{ActBlock, GgmlFormat, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
+use crate::format::{
+    ActBlock, GgmlFormat, Iq4Nl, Iq4Xs, Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0,
+};
 use crate::gemv::{Dims, Gemv, GemvResult};
 pub use crate::operands::{RowGroup, GROUP_ROWS};
 use crate::workspace::Workspace;
 
-/// The eight ggml types the kernels serve.
+/// The twelve ggml types the kernels serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QuantFormat {
     /// Q8_0 (Q8_0 activations).
@@ -40,10 +42,18 @@ pub enum QuantFormat {
     Q5K,
     /// Q6_K (Q8_K activations).
     Q6K,
+    /// Q2_K (Q8_K activations).
+    Q2K,
+    /// Q3_K (Q8_K activations).
+    Q3K,
+    /// IQ4_NL (Q8_0 activations).
+    Iq4Nl,
+    /// IQ4_XS (Q8_K activations).
+    Iq4Xs,
 }
 
-/// The eight formats.
-pub const ALL_FORMATS: [QuantFormat; 8] = [
+/// The twelve formats.
+pub const ALL_FORMATS: [QuantFormat; 12] = [
     QuantFormat::Q8_0,
     QuantFormat::Q4_0,
     QuantFormat::Q4_1,
@@ -52,6 +62,10 @@ pub const ALL_FORMATS: [QuantFormat; 8] = [
     QuantFormat::Q4K,
     QuantFormat::Q5K,
     QuantFormat::Q6K,
+    QuantFormat::Q2K,
+    QuantFormat::Q3K,
+    QuantFormat::Iq4Nl,
+    QuantFormat::Iq4Xs,
 ];
 
 impl QuantFormat {
@@ -66,6 +80,10 @@ impl QuantFormat {
             GgmlType::Q4_K => QuantFormat::Q4K,
             GgmlType::Q5_K => QuantFormat::Q5K,
             GgmlType::Q6_K => QuantFormat::Q6K,
+            GgmlType::Q2_K => QuantFormat::Q2K,
+            GgmlType::Q3_K => QuantFormat::Q3K,
+            GgmlType::IQ4_NL => QuantFormat::Iq4Nl,
+            GgmlType::IQ4_XS => QuantFormat::Iq4Xs,
             _ => return None,
         })
     }
@@ -80,6 +98,10 @@ impl QuantFormat {
             QuantFormat::Q4K => Q4K::TYPE,
             QuantFormat::Q5K => Q5K::TYPE,
             QuantFormat::Q6K => Q6K::TYPE,
+            QuantFormat::Q2K => Q2K::TYPE,
+            QuantFormat::Q3K => Q3K::TYPE,
+            QuantFormat::Iq4Nl => Iq4Nl::TYPE,
+            QuantFormat::Iq4Xs => Iq4Xs::TYPE,
         }
     }
     /// Weights per block.
@@ -294,6 +316,10 @@ impl Gemv for GgmlMatrix<'_> {
             QuantFormat::Q4K => self.run::<Q4K>(x, y, &mut ws.q8_k, exec),
             QuantFormat::Q5K => self.run::<Q5K>(x, y, &mut ws.q8_k, exec),
             QuantFormat::Q6K => self.run::<Q6K>(x, y, &mut ws.q8_k, exec),
+            QuantFormat::Q2K => self.run::<Q2K>(x, y, &mut ws.q8_k, exec),
+            QuantFormat::Q3K => self.run::<Q3K>(x, y, &mut ws.q8_k, exec),
+            QuantFormat::Iq4Nl => self.run::<Iq4Nl>(x, y, &mut ws.q8_0, exec),
+            QuantFormat::Iq4Xs => self.run::<Iq4Xs>(x, y, &mut ws.q8_k, exec),
         }
     }
 }

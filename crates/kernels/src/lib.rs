@@ -1,5 +1,5 @@
 //! GEMV kernels over every layout `convert` writes: CQ4 packed panels (both
-//! rotation families), ggml Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K in plain
+//! rotation families), ggml Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K / Q2_K / Q3_K / IQ4_NL / IQ4_XS in plain
 //! row-major and R4 / R8 row-interleaved layouts, and plain FP16 / FP32.
 //!
 //! - [`scalar`]: the reference kernels. Written for clarity, they *define*
@@ -28,6 +28,28 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
+
+/// Two public group kernels of one SIMD tier that forward to one shared
+/// const-generic body (`$body::<false>`, `$body::<true>`), with the tier's
+/// target features `$feat` and the body's contract.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+macro_rules! forward_pair {
+    ($feat:literal, $act:ty, $body:ident, $(#[$d0:meta])* $f0:ident, $(#[$d1:meta])* $f1:ident) => {
+        forward_pair!(@one $feat, $act, $body, false, $(#[$d0])* $f0);
+        forward_pair!(@one $feat, $act, $body, true, $(#[$d1])* $f1);
+    };
+    (@one $feat:literal, $act:ty, $body:ident, $flag:literal, $(#[$d:meta])* $f:ident) => {
+        $(#[$d])*
+        ///
+        /// # Safety
+        #[doc = concat!("The CPU must support the target features `", $feat, "`.")]
+        #[target_feature(enable = $feat)]
+        pub unsafe fn $f(g: &$crate::operands::RowGroup<'_>, act: &[$act], out: &mut [f32; 8]) {
+            // SAFETY: the caller upholds the body's contract (same features).
+            unsafe { $body::<$flag>(g, act, out) }
+        }
+    };
+}
 
 #[cfg(target_arch = "aarch64")]
 pub mod aarch64;

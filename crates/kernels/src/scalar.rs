@@ -10,7 +10,9 @@
 //! `x86::avx2` / `x86::avx512` so one dispatch table type holds them all.
 
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
-use crate::format::{GgmlFormat, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
+use crate::format::{
+    GgmlFormat, Iq4Nl, Iq4Xs, Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0,
+};
 use crate::operands::RowGroup;
 use crate::operands::{CbLut, PanelBlock, KG_PER_GROUP};
 
@@ -64,6 +66,26 @@ pub fn q5_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
 /// Q6_K group kernel (reference).
 pub fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
     group::<Q6K>(g, act, out)
+}
+
+/// Q2_K group kernel (reference).
+pub fn q2_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    group::<Q2K>(g, act, out)
+}
+
+/// Q3_K group kernel (reference).
+pub fn q3_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    group::<Q3K>(g, act, out)
+}
+
+/// IQ4_NL group kernel (reference).
+pub fn iq4_nl_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    group::<Iq4Nl>(g, act, out)
+}
+
+/// IQ4_XS group kernel (reference).
+pub fn iq4_xs_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    group::<Iq4Xs>(g, act, out)
 }
 
 /// One CQ4 super-block (64 output channels), the reference:

@@ -35,6 +35,10 @@ pub struct Kernels {
     pub(crate) q4_k: GroupFn<BlockQ8K>,
     pub(crate) q5_k: GroupFn<BlockQ8K>,
     pub(crate) q6_k: GroupFn<BlockQ8K>,
+    pub(crate) q2_k: GroupFn<BlockQ8K>,
+    pub(crate) q3_k: GroupFn<BlockQ8K>,
+    pub(crate) iq4_nl: GroupFn<ActQ8_0>,
+    pub(crate) iq4_xs: GroupFn<BlockQ8K>,
     pub(crate) cq4: PanelFn,
     pub(crate) rotate: RotateFn,
 }
@@ -87,6 +91,22 @@ impl Kernels {
     safe_group!(
         /// Q6_K group kernel of this tier.
         q6_k_group, q6_k, BlockQ8K
+    );
+    safe_group!(
+        /// Q2_K group kernel of this tier.
+        q2_k_group, q2_k, BlockQ8K
+    );
+    safe_group!(
+        /// Q3_K group kernel of this tier.
+        q3_k_group, q3_k, BlockQ8K
+    );
+    safe_group!(
+        /// IQ4_NL group kernel of this tier.
+        iq4_nl_group, iq4_nl, ActQ8_0
+    );
+    safe_group!(
+        /// IQ4_XS group kernel of this tier.
+        iq4_xs_group, iq4_xs, BlockQ8K
     );
 
     /// The orthogonal activation transform of this tier: `x`, `recip` and

@@ -22,7 +22,10 @@ use core::arch::aarch64::*;
 
 use super::{f16x4_high_to_f32, f16x4_to_f32, fp16_at8, prefetch, reduce8, sdot, sdot_lane, Slots};
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
-use crate::blocks::{q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, unpack_k4_scales};
+use crate::blocks::{
+    iq4_nl, iq4_xs, iq4_xs_scales, q2_k, q3_k, q3_k_scales, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k,
+    q6_k, q8_0, unpack_k4_scales, IQ4_LEVELS,
+};
 use crate::operands::RowGroup;
 use crate::operands::{CbLut, PanelBlock, KG_BYTES, KG_PER_GROUP};
 
@@ -74,30 +77,120 @@ fn store8(acc: [float32x4_t; 2], out: &mut [f32; 8]) {
     }
 }
 
-/// Q8_0 x Q8_0 group kernel.
+/// The 32 signed levels of the 16 index bytes at `qs` (an IQ4_NL block or
+/// one IQ4_XS sub-block), in weight order: nibbles looked up in `table`
+/// (the 16 levels) with `tbl`.
 ///
 /// # Safety
-/// The CPU must support NEON and the dot-product extension.
+/// `qs..qs + 16` must be readable.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn iq4_levels(qs: *const u8, table: int8x16_t) -> [int8x16_t; 2] {
+    // SAFETY: the caller guarantees the 16 bytes.
+    let v = unsafe { q4_values(qs) };
+    [vqtbl1q_s8(table, v[0]), vqtbl1q_s8(table, v[1])]
+}
+
+/// The 16 IQ4 levels as a `tbl` table.
+#[inline]
+#[target_feature(enable = "neon")]
+fn iq4_table() -> int8x16_t {
+    // SAFETY: IQ4_LEVELS is 16 bytes.
+    unsafe { vld1q_s8(IQ4_LEVELS.as_ptr()) }
+}
+
+/// Shared Q8_0 / IQ4_NL body (`NL`: the blocks are IQ4_NL): 32 signed
+/// weights per block (Q8_0's quants, or IQ4_NL's levels via `tbl`), two
+/// `sdot` per block and row.
+///
+/// # Safety
+/// NEON + dot product.
+#[inline]
 #[target_feature(enable = "neon,dotprod")]
-pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
+    let (qs, d_off) = if NL {
+        (iq4_nl::QS, iq4_nl::D)
+    } else {
+        (q8_0::QS, q8_0::D)
+    };
+    let table = iq4_table();
     let mut s = Slots::new(g);
     let mut acc = [vdupq_n_f32(0.0); 2];
     let zero = vdupq_n_s32(0);
     for a in &act[..g.nblocks()] {
         // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
-        // 34-byte block of every slot is in bounds.
+        // block of every slot is in bounds (Q8_0: 34 bytes, qs 32 at 2;
+        // IQ4_NL: 18 bytes, qs 16 at 2).
         let (isum, d) = unsafe {
             let a0 = ld_s8(a.qs.as_ptr().cast());
             let a1 = ld_s8(a.qs.as_ptr().add(16).cast());
             let mut v = [zero; 8];
             for (r, vr) in v.iter_mut().enumerate() {
-                let p = s.at(r).add(q8_0::QS);
-                *vr = sdot(sdot(zero, ld_s8(p), a0), ld_s8(p.add(16)), a1);
+                let p = s.at(r).add(qs);
+                let w = if NL {
+                    iq4_levels(p, table)
+                } else {
+                    [ld_s8(p), ld_s8(p.add(16))]
+                };
+                *vr = sdot(sdot(zero, w[0], a0), w[1], a1);
             }
-            (reduce8(&v), fp16_at8(&s, q8_0::D))
+            (reduce8(&v), fp16_at8(&s, d_off))
         };
         add_scaled(&mut acc, isum, d, vdupq_n_f32(a.d));
+        s.prefetch();
+        s.advance();
+    }
+    store8(acc, out);
+}
+
+forward_pair!(
+    "neon,dotprod",
+    ActQ8_0,
+    signed32_group,
+    /// Q8_0 x Q8_0 group kernel.
+    q8_0_group,
+    /// IQ4_NL x Q8_0 group kernel.
+    iq4_nl_group
+);
+
+/// IQ4_XS x Q8_K group kernel: per slot `dot_j` of the 8 sub-blocks (levels
+/// via `tbl`, two `sdot` each), pairwise-reduced to `[dot_0..4]`,
+/// `[dot_4..8]` and multiplied by the widened scales `ls - 32`.
+///
+/// # Safety
+/// The CPU must support NEON and the dot-product extension.
+#[target_feature(enable = "neon,dotprod")]
+pub unsafe fn iq4_xs_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let table = iq4_table();
+    let mut s = Slots::new(g);
+    let mut acc = [vdupq_n_f32(0.0); 2];
+    let zero = vdupq_n_s32(0);
+    for a in &act[..g.nblocks()] {
+        // SAFETY: `a.qs` is 256 bytes; by the RowGroup invariant the current
+        // 136-byte block of every slot is in bounds (header 8 bytes, qs 128
+        // at 8).
+        let (sv, d) = unsafe {
+            let aq = a.qs.as_ptr().cast::<u8>();
+            let mut sv = [zero; 8];
+            for (r, svr) in sv.iter_mut().enumerate() {
+                let p = s.at(r);
+                let sc = iq4_xs_scales(&*p.cast::<[u8; 8]>());
+                let mut dots = [zero; 8];
+                for (j, dj) in dots.iter_mut().enumerate() {
+                    let w = iq4_levels(p.add(iq4_xs::QS + 16 * j), table);
+                    let d0 = sdot(zero, w[0], ld_s8(aq.add(32 * j)));
+                    *dj = sdot(d0, w[1], ld_s8(aq.add(32 * j + 16)));
+                }
+                let t = reduce8(&dots);
+                let sc16 = vmovl_s8(vld1_s8(sc.as_ptr()));
+                let scw = [vmovl_s16(vget_low_s16(sc16)), vmovl_high_s16(sc16)];
+                *svr = vaddq_s32(vmulq_s32(t[0], scw[0]), vmulq_s32(t[1], scw[1]));
+            }
+            (reduce8(&sv), fp16_at8(&s, iq4_xs::D))
+        };
+        add_scaled(&mut acc, sv, d, vdupq_n_f32(a.d));
         s.prefetch();
         s.advance();
     }
@@ -428,25 +521,156 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
     store8(acc, out);
 }
 
-/// Q4_K x Q8_K group kernel.
-///
-/// # Safety
-/// The CPU must support NEON and the dot-product extension.
-#[target_feature(enable = "neon,dotprod")]
-pub unsafe fn q4_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k4_group::<false>(g, act, out) }
+forward_pair!(
+    "neon,dotprod",
+    BlockQ8K,
+    k4_group,
+    /// Q4_K x Q8_K group kernel.
+    q4_k_group,
+    /// Q5_K x Q8_K group kernel.
+    q5_k_group
+);
+
+/// `sum_j sc_j dot_j` over 16 sub-blocks as one i32x4 (lanes summed by
+/// `reduce8`): the dots reduced to four `[dot_4m..4m+4]` vectors, times the
+/// widened i8 scales.
+#[inline]
+#[target_feature(enable = "neon")]
+fn scaled16(dots: &[int32x4_t; 16], sc8: int8x16_t) -> int32x4_t {
+    let sc16 = [vmovl_s8(vget_low_s8(sc8)), vmovl_high_s8(sc8)];
+    let mut t = vdupq_n_s32(0);
+    for m in 0..4 {
+        let dm = vpaddq_s32(
+            vpaddq_s32(dots[4 * m], dots[4 * m + 1]),
+            vpaddq_s32(dots[4 * m + 2], dots[4 * m + 3]),
+        );
+        let scm = if m % 2 == 0 {
+            vmovl_s16(vget_low_s16(sc16[m / 2]))
+        } else {
+            vmovl_high_s16(sc16[m / 2])
+        };
+        t = vaddq_s32(t, vmulq_s32(dm, scm));
+    }
+    t
 }
 
-/// Q5_K x Q8_K group kernel.
+/// Shared Q2_K / Q3_K body (`Q3`: the blocks are Q3_K). Per 16 bytes of
+/// `qs` (half `hf` of run `n`) the four 2-bit fields are sub-blocks `8n + 2j
+/// + hf`; Q3_K subtracts 4 where the `hmask` bit is clear (`cmtst`), so the
+/// values are signed and go into `sdot` as they are. Q2_K's mins times the
+/// 16 bsums with `smull` / `smlal2`.
 ///
 /// # Safety
-/// The CPU must support NEON and the dot-product extension.
+/// NEON + dot product.
+#[inline]
 #[target_feature(enable = "neon,dotprod")]
-pub unsafe fn q5_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k4_group::<true>(g, act, out) }
+unsafe fn k16_group<const Q3: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = [vdupq_n_f32(0.0); 2];
+    let zero = vdupq_n_s32(0);
+    let m3 = vdupq_n_u8(0x03);
+    let m4 = vdupq_n_u8(0x0F);
+    let qs_off = if Q3 { q3_k::QS } else { q2_k::QS };
+    for a in &act[..g.nblocks()] {
+        // SAFETY: `a.qs` is 256 bytes and `a.bsums` 16 i16; the current
+        // block of every slot is in bounds (RowGroup invariant): Q2_K 84
+        // bytes (scales 16 at 0, qs 64 at 16), Q3_K 110 bytes (hmask 32 at
+        // 0, qs 64 at 32, scales 12 at 96).
+        let (sv, mv) = unsafe {
+            let aq = a.qs.as_ptr().cast::<u8>();
+            let b0 = vld1q_s16(a.bsums.as_ptr());
+            let b1 = vld1q_s16(a.bsums.as_ptr().add(8));
+            let mut sv = [zero; 8];
+            let mut mv = [zero; 8];
+            for r in 0..8 {
+                let p = s.at(r);
+                let mut dots = [zero; 16];
+                for n in 0..2 {
+                    for hf in 0..2 {
+                        let q = ld_u8(p.add(qs_off + 32 * n + 16 * hf));
+                        let hm = if Q3 {
+                            ld_u8(p.add(q3_k::HMASK + 16 * hf))
+                        } else {
+                            vdupq_n_u8(0)
+                        };
+                        let f = [
+                            vandq_u8(q, m3),
+                            vandq_u8(vshrq_n_u8::<2>(q), m3),
+                            vandq_u8(vshrq_n_u8::<4>(q), m3),
+                            vshrq_n_u8::<6>(q),
+                        ];
+                        for (j, fj) in f.into_iter().enumerate() {
+                            let w = if Q3 {
+                                // v + 4 = field | 4 * (hmask bit 4n + j), then - 4.
+                                let set = vtstq_u8(hm, vdupq_n_u8(1 << (4 * n + j)));
+                                let u = vorrq_u8(fj, vandq_u8(set, vdupq_n_u8(4)));
+                                vsubq_s8(vreinterpretq_s8_u8(u), vdupq_n_s8(4))
+                            } else {
+                                vreinterpretq_s8_u8(fj)
+                            };
+                            let sb = 8 * n + 2 * j + hf;
+                            dots[sb] = sdot(zero, w, ld_s8(aq.add(16 * sb)));
+                        }
+                    }
+                }
+                let sc8 = if Q3 {
+                    let sc = q3_k_scales(&*p.add(q3_k::SCALES).cast::<[u8; 12]>());
+                    vld1q_s8(sc.as_ptr())
+                } else {
+                    let b = ld_u8(p.add(q2_k::SCALES));
+                    let mins = vshrq_n_u8::<4>(b);
+                    let mw = [
+                        vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mins))),
+                        vreinterpretq_s16_u16(vmovl_high_u8(mins)),
+                    ];
+                    let lo =
+                        vmlal_high_s16(vmull_s16(vget_low_s16(mw[0]), vget_low_s16(b0)), mw[0], b0);
+                    mv[r] = vmlal_high_s16(
+                        vmlal_s16(lo, vget_low_s16(mw[1]), vget_low_s16(b1)),
+                        mw[1],
+                        b1,
+                    );
+                    vreinterpretq_s8_u8(vandq_u8(b, m4))
+                };
+                sv[r] = scaled16(&dots, sc8);
+            }
+            (reduce8(&sv), reduce8(&mv))
+        };
+        let da = vdupq_n_f32(a.d);
+        // SAFETY: as above (d / dmin fp16 inside each slot's block).
+        let (d, dmin) = unsafe {
+            if Q3 {
+                let d = fp16_at8(&s, q3_k::D);
+                (d, d)
+            } else {
+                (fp16_at8(&s, q2_k::D), fp16_at8(&s, q2_k::DMIN))
+            }
+        };
+        for h in 0..2 {
+            let c = vmulq_f32(vcvtq_f32_s32(sv[h]), vmulq_f32(d[h], da));
+            let c = if Q3 {
+                c
+            } else {
+                vsubq_f32(c, vmulq_f32(vcvtq_f32_s32(mv[h]), vmulq_f32(dmin[h], da)))
+            };
+            acc[h] = vaddq_f32(acc[h], c);
+        }
+        s.prefetch();
+        s.advance();
+    }
+    store8(acc, out);
 }
+
+forward_pair!(
+    "neon,dotprod",
+    BlockQ8K,
+    k16_group,
+    /// Q2_K x Q8_K group kernel.
+    q2_k_group,
+    /// Q3_K x Q8_K group kernel.
+    q3_k_group
+);
 
 /// Q6_K x Q8_K group kernel.
 ///
@@ -501,22 +725,7 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
                         }
                     }
                 }
-                let sc8 = vld1q_s8(p.add(q6_k::SCALES).cast());
-                let sc16 = [vmovl_s8(vget_low_s8(sc8)), vmovl_high_s8(sc8)];
-                let mut t = zero;
-                for m in 0..4 {
-                    let dm = vpaddq_s32(
-                        vpaddq_s32(dots[4 * m], dots[4 * m + 1]),
-                        vpaddq_s32(dots[4 * m + 2], dots[4 * m + 3]),
-                    );
-                    let scm = if m % 2 == 0 {
-                        vmovl_s16(vget_low_s16(sc16[m / 2]))
-                    } else {
-                        vmovl_high_s16(sc16[m / 2])
-                    };
-                    t = vaddq_s32(t, vmulq_s32(dm, scm));
-                }
-                *svr = t;
+                *svr = scaled16(&dots, vld1q_s8(p.add(q6_k::SCALES).cast()));
             }
             (reduce8(&sv), fp16_at8(&s, q6_k::D))
         };

@@ -15,11 +15,12 @@
 use core::arch::x86_64::*;
 
 use super::{
-    bcast16_mask, d_dmin8, fp16_at8, k4_scales, load128, load256, pair16_mask, q4_1_contrib,
-    q4_k_values, q4_values, q5_0_values, q5_1_values, q5_k_values, q6_k_values, reduce8, Slots,
+    add_scaled, bcast16_mask, d_dmin8, fp16_at8, i8x8, iq4_levels, iq4_table, iq4_xs_scales_at,
+    k4_scales, load128, load256, pair16_mask, q3_k_values, q4_1_contrib, q4_k_values, q4_values,
+    q5_0_values, q5_1_values, q5_k_values, q6_k_values, reduce8, two_bit_values, Slots,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
-use crate::blocks::{q4_0, q4_1, q6_k, q8_0};
+use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q6_k, q8_0};
 use crate::operands::RowGroup;
 use crate::operands::{CbLut, PanelBlock, KG_PER_GROUP};
 
@@ -31,31 +32,90 @@ fn dot_i8(w: __m256i, a: __m256i) -> __m256i {
     _mm256_madd_epi16(p, _mm256_set1_epi16(1))
 }
 
-/// Q8_0 x Q8_0 group kernel.
+/// Shared Q8_0 / IQ4_NL body (`NL`: the blocks are IQ4_NL): 32 signed
+/// weights per block (Q8_0's quants, or IQ4_NL's levels looked up with
+/// `pshufb`), `S = sum w a` with [`dot_i8`] (|w| <= 127).
 ///
 /// # Safety
-/// The CPU must support AVX2 and F16C.
+/// AVX2 + F16C.
+#[inline]
 #[target_feature(enable = "avx2,f16c")]
-pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
+    let (qs, d_off) = if NL {
+        (iq4_nl::QS, iq4_nl::D)
+    } else {
+        (q8_0::QS, q8_0::D)
+    };
+    let table = iq4_table();
     let mut s = Slots::new(g);
     let mut acc = _mm256_setzero_ps();
     for a in &act[..g.nblocks()] {
         // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
-        // block (34 bytes) of every slot is in bounds.
+        // block of every slot is in bounds (Q8_0: 34 bytes, qs 32 at 2;
+        // IQ4_NL: 18 bytes, qs 16 at 2).
         let (isum, d) = unsafe {
             let av = load256(a.qs.as_ptr().cast());
             let mut v = [_mm256_setzero_si256(); 8];
             for (r, vr) in v.iter_mut().enumerate() {
-                *vr = dot_i8(load256(s.at(r).add(q8_0::QS)), av);
+                let p = s.at(r).add(qs);
+                let w = if NL { iq4_levels(p, table) } else { load256(p) };
+                *vr = dot_i8(w, av);
             }
-            (reduce8(&v), fp16_at8(&s, q8_0::D))
+            (reduce8(&v), fp16_at8(&s, d_off))
         };
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(isum),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, isum, d, a.d);
+        s.prefetch();
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+forward_pair!(
+    "avx2,f16c",
+    ActQ8_0,
+    signed32_group,
+    /// Q8_0 x Q8_0 group kernel.
+    q8_0_group,
+    /// IQ4_NL x Q8_0 group kernel.
+    iq4_nl_group
+);
+
+/// IQ4_XS x Q8_K group kernel: per sub-block `j` of 32, the levels
+/// (`pshufb`) times the activations as signed x signed `maddubs` pairs,
+/// `madd` with the broadcast scale `ls_j - 32` (products < 2^21).
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn iq4_xs_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let table = iq4_table();
+    let mut s = Slots::new(g);
+    let mut acc = _mm256_setzero_ps();
+    for a in &act[..g.nblocks()] {
+        // SAFETY: `a.qs` is 256 bytes; by the RowGroup invariant the current
+        // 136-byte block of every slot is in bounds (header 8 bytes, qs 128
+        // at 8).
+        let (sv, d) = unsafe {
+            let mut sv = [_mm256_setzero_si256(); 8];
+            for (r, svr) in sv.iter_mut().enumerate() {
+                let p = s.at(r);
+                let sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(i8x8(iq4_xs_scales_at(p))));
+                let mut t = _mm256_setzero_si256();
+                for j in 0..8 {
+                    let w = iq4_levels(p.add(iq4_xs::QS + 16 * j), table);
+                    let aj = load256(a.qs.as_ptr().add(32 * j).cast());
+                    let pj = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(aj, w));
+                    let scj = _mm256_shuffle_epi8(sc, bcast16_mask(j));
+                    t = _mm256_add_epi32(t, _mm256_madd_epi16(pj, scj));
+                }
+                *svr = t;
+            }
+            (reduce8(&sv), fp16_at8(&s, iq4_xs::D))
+        };
+        acc = add_scaled(acc, sv, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -99,11 +159,7 @@ pub unsafe fn q4_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
         let (raw, d) = unsafe { (q4_raw8(&s, q4_0::QS, a), fp16_at8(&s, q4_0::D)) };
         // sum (v - 8) a = sum v a - 8 sum a.
         let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(8 * a.sum));
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(isum),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, isum, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -155,11 +211,7 @@ pub unsafe fn q5_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
         };
         // sum (v - 16) a = sum v a - 16 sum a.
         let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(16 * a.sum));
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(isum),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, isum, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -243,25 +295,15 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
-/// Q4_K x Q8_K group kernel.
-///
-/// # Safety
-/// The CPU must support AVX2 and F16C.
-#[target_feature(enable = "avx2,f16c")]
-pub unsafe fn q4_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k4_group::<false>(g, act, out) }
-}
-
-/// Q5_K x Q8_K group kernel.
-///
-/// # Safety
-/// The CPU must support AVX2 and F16C.
-#[target_feature(enable = "avx2,f16c")]
-pub unsafe fn q5_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k4_group::<true>(g, act, out) }
-}
+forward_pair!(
+    "avx2,f16c",
+    BlockQ8K,
+    k4_group,
+    /// Q4_K x Q8_K group kernel.
+    q4_k_group,
+    /// Q5_K x Q8_K group kernel.
+    q5_k_group
+);
 
 /// Q6_K x Q8_K group kernel.
 ///
@@ -301,10 +343,86 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
             }
             (reduce8(&sv), fp16_at8(&s, q6_k::D))
         };
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(sv),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
+        acc = add_scaled(acc, sv, d, a.d);
+        s.prefetch();
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// Shared Q2_K / Q3_K body (`Q3`: the blocks are Q3_K): 16 sub-blocks of
+/// 16 with i16 scales, arranged as Q6_K's (`pair16_mask`). The unsigned
+/// values (Q2_K 0..=3, Q3_K `v + 4` in 0..=7) go straight into `maddubs`;
+/// Q2_K's mins are `madd(mins, bsums)`, Q3_K's offset is removed as `4 *
+/// sum_j sc_j bsum_j`.
+///
+/// # Safety
+/// AVX2 + F16C.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn k16_group<const Q3: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = _mm256_setzero_ps();
+    let m4 = _mm_set1_epi8(0x0F);
+    for a in &act[..g.nblocks()] {
+        // SAFETY: `a.qs` is 256 bytes and `a.bsums` 32 bytes; the current
+        // block of every slot is in bounds (RowGroup invariant): Q2_K 84
+        // bytes (scales 16 at 0, qs 64 at 16), Q3_K 110 bytes (hmask 32 at
+        // 0, qs 64 at 32, scales 12 at 96).
+        let (sv, mv, d, dmin) = unsafe {
+            let bsums = load256(a.bsums.as_ptr().cast());
+            let mut sv = [_mm256_setzero_si256(); 8];
+            let mut mv = [_mm256_setzero_si256(); 8];
+            for r in 0..8 {
+                let p = s.at(r);
+                let (sc8, v) = if Q3 {
+                    let sc = crate::blocks::q3_k_scales(&*p.add(q3_k::SCALES).cast::<[u8; 12]>());
+                    (load128(sc.as_ptr().cast()), q3_k_values(p))
+                } else {
+                    let b = load128(p.add(q2_k::SCALES));
+                    let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(b), m4));
+                    mv[r] = _mm256_madd_epi16(mins, bsums);
+                    (_mm_and_si128(b, m4), two_bit_values(p.add(q2_k::QS)))
+                };
+                let sc_h = [
+                    _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8)),
+                    _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128::<8>(sc8))),
+                ];
+                let mut t = _mm256_setzero_si256();
+                for (i, vi) in v.iter().enumerate() {
+                    let ai = load256(a.qs.as_ptr().add(32 * i).cast());
+                    let pi = _mm256_maddubs_epi16(*vi, ai);
+                    let sci = _mm256_shuffle_epi8(sc_h[i / 4], pair16_mask(i % 4));
+                    t = _mm256_add_epi32(t, _mm256_madd_epi16(pi, sci));
+                }
+                sv[r] = if Q3 {
+                    // sum sc_j v a = sum sc_j (v + 4) a - 4 sum sc_j bsum_j.
+                    let bias = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), bsums);
+                    _mm256_sub_epi32(t, _mm256_slli_epi32::<2>(bias))
+                } else {
+                    t
+                };
+            }
+            if Q3 {
+                let d = fp16_at8(&s, q3_k::D);
+                (reduce8(&sv), reduce8(&mv), d, d)
+            } else {
+                let (d, dmin) = (fp16_at8(&s, q2_k::D), fp16_at8(&s, q2_k::DMIN));
+                (reduce8(&sv), reduce8(&mv), d, dmin)
+            }
+        };
+        let da = _mm256_set1_ps(a.d);
+        let c = _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da));
+        let c = if Q3 {
+            c
+        } else {
+            _mm256_sub_ps(
+                c,
+                _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
+            )
+        };
         acc = _mm256_add_ps(acc, c);
         s.prefetch();
         s.advance();
@@ -312,6 +430,16 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
     // SAFETY: `out` is 8 f32.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
+
+forward_pair!(
+    "avx2,f16c",
+    BlockQ8K,
+    k16_group,
+    /// Q2_K x Q8_K group kernel (also the AVX-512 tier's).
+    q2_k_group,
+    /// Q3_K x Q8_K group kernel (also the AVX-512 tier's).
+    q3_k_group
+);
 
 /// CQ4 super-block kernel (64 channels).
 ///

@@ -12,43 +12,118 @@
 use core::arch::x86_64::*;
 
 use super::{
-    bcast16_mask, d_dmin8, fp16_at8, k4_scales, load128, load256, q4_1_contrib, q4_values,
-    q5_0_values, q5_1_values, read_u32, reduce8, Slots,
+    add_scaled, bcast16_mask, d_dmin8, fp16_at8, i8x8, iq4_levels, iq4_table, iq4_xs_scales_at,
+    k4_scales, load128, load256, q4_1_contrib, q4_values, q5_0_values, q5_1_values, read_u32,
+    reduce8, Slots,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
-use crate::blocks::{q4_0, q4_1, q6_k, q8_0};
+use crate::blocks::{iq4_nl, iq4_xs, q4_0, q4_1, q6_k, q8_0};
 use crate::operands::RowGroup;
 use crate::operands::{CbLut, PanelBlock, KG_PER_GROUP};
 
-/// Q8_0 x Q8_0 group kernel.
+/// Shared Q8_0 / IQ4_NL body (`NL`: the blocks are IQ4_NL): 32 signed
+/// weights per block (Q8_0's quants, or IQ4_NL's levels looked up with
+/// `pshufb`) made unsigned by XOR 0x80, then `vpdpbusd`.
 ///
 /// # Safety
-/// The CPU must support AVX2, F16C, AVX-512 F/BW/VL and VNNI.
+/// AVX2, F16C, AVX-512 F/BW/VL, VNNI.
+#[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
+    let (qs, d_off) = if NL {
+        (iq4_nl::QS, iq4_nl::D)
+    } else {
+        (q8_0::QS, q8_0::D)
+    };
+    let table = iq4_table();
     let mut s = Slots::new(g);
     let mut acc = _mm256_setzero_ps();
     let bias = _mm256_set1_epi8(-128);
     for a in &act[..g.nblocks()] {
         // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
-        // 34-byte block of every slot is in bounds.
+        // block of every slot is in bounds (Q8_0: 34 bytes, qs 32 at 2;
+        // IQ4_NL: 18 bytes, qs 16 at 2).
         let (raw, d) = unsafe {
             let av = load256(a.qs.as_ptr().cast());
             let mut v = [_mm256_setzero_si256(); 8];
             for (r, vr) in v.iter_mut().enumerate() {
-                let w = _mm256_xor_si256(load256(s.at(r).add(q8_0::QS)), bias);
-                *vr = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, av);
+                let p = s.at(r).add(qs);
+                let w = if NL { iq4_levels(p, table) } else { load256(p) };
+                *vr = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(w, bias), av);
             }
-            (reduce8(&v), fp16_at8(&s, q8_0::D))
+            (reduce8(&v), fp16_at8(&s, d_off))
         };
         // sum (w + 128) a - 128 sum a.
         let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(128 * a.sum));
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(isum),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, isum, d, a.d);
+        s.prefetch();
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+forward_pair!(
+    "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    ActQ8_0,
+    signed32_group,
+    /// Q8_0 x Q8_0 group kernel.
+    q8_0_group,
+    /// IQ4_NL x Q8_0 group kernel.
+    iq4_nl_group
+);
+
+/// IQ4_XS x Q8_K group kernel. Two sub-blocks `2e, 2e + 1` per 512-bit
+/// vector: levels XOR 0x80 into `vpdpbusd` against activations
+/// `64e..64e + 64`, each 256-bit half times its scale `ls - 32`
+/// (`vpmulld`; |partial| < 2^22), and the excess `128 sum_j sc_j (bsum_2j +
+/// bsum_2j+1)` subtracted (`madd` of the pair-duplicated scales with the
+/// bsums, shifted by 7).
+///
+/// # Safety
+/// The CPU must support AVX2, F16C, AVX-512 F/BW/VL and VNNI.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn iq4_xs_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let table = iq4_table();
+    let bias = _mm512_set1_epi8(-128);
+    let mut s = Slots::new(g);
+    let mut acc = _mm256_setzero_ps();
+    for a in &act[..g.nblocks()] {
+        // SAFETY: `a.qs` is 256 bytes and `a.bsums` 32 bytes; by the RowGroup
+        // invariant the current 136-byte block of every slot is in bounds
+        // (header 8 bytes, qs 128 at 8).
+        let (sv, d) = unsafe {
+            let q = a.qs.as_ptr().cast::<u8>();
+            let bsums = load256(a.bsums.as_ptr().cast());
+            let mut sv = [_mm256_setzero_si256(); 8];
+            for (r, svr) in sv.iter_mut().enumerate() {
+                let p = s.at(r);
+                let sc = iq4_xs_scales_at(p);
+                let mut t = _mm512_setzero_si512();
+                for e in 0..4 {
+                    let w = join(
+                        iq4_levels(p.add(iq4_xs::QS + 32 * e), table),
+                        iq4_levels(p.add(iq4_xs::QS + 32 * e + 16), table),
+                    );
+                    let av = load512(q.add(64 * e));
+                    let dot =
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w, bias), av);
+                    let scv = join(
+                        _mm256_set1_epi32(sc[2 * e] as i32),
+                        _mm256_set1_epi32(sc[2 * e + 1] as i32),
+                    );
+                    t = _mm512_add_epi32(t, _mm512_mullo_epi32(dot, scv));
+                }
+                // [sc0 sc0 sc1 sc1 .. sc7 sc7] as 16 i16.
+                let pairs = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(i8x8(sc), i8x8(sc)));
+                let excess = _mm256_slli_epi32::<7>(_mm256_madd_epi16(pairs, bsums));
+                *svr = _mm256_sub_epi32(fold(t), excess);
+            }
+            (reduce8(&sv), fp16_at8(&s, iq4_xs::D))
+        };
+        acc = add_scaled(acc, sv, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -91,11 +166,7 @@ pub unsafe fn q4_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
         // every slot is in bounds (qs: 16 bytes at 2, d at 0).
         let (raw, d) = unsafe { (q4_raw8(&s, q4_0::QS, a), fp16_at8(&s, q4_0::D)) };
         let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(8 * a.sum));
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(isum),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, isum, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -144,11 +215,7 @@ pub unsafe fn q5_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
             (reduce8(&v), fp16_at8(&s, 0))
         };
         let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(16 * a.sum));
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(isum),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, isum, d, a.d);
         s.prefetch();
         s.advance();
     }
@@ -293,25 +360,15 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
-/// Q4_K x Q8_K group kernel.
-///
-/// # Safety
-/// The CPU must support AVX2, F16C, AVX-512 F/BW/VL and VNNI.
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn q4_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k4_group::<false>(g, act, out) }
-}
-
-/// Q5_K x Q8_K group kernel.
-///
-/// # Safety
-/// The CPU must support AVX2, F16C, AVX-512 F/BW/VL and VNNI.
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn q5_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    // SAFETY: same contract.
-    unsafe { k4_group::<true>(g, act, out) }
-}
+forward_pair!(
+    "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    BlockQ8K,
+    k4_group,
+    /// Q4_K x Q8_K group kernel.
+    q4_k_group,
+    /// Q5_K x Q8_K group kernel.
+    q5_k_group
+);
 
 /// Q6_K x Q8_K group kernel. Per half `h` of the block, one 512-bit vector
 /// holds weights `128h .. 128h + 64` (low nibbles of `ql[64h..64h + 64]`)
@@ -381,11 +438,7 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
             }
             (reduce8(&sv), fp16_at8(&s, q6_k::D))
         };
-        let c = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(sv),
-            _mm256_mul_ps(d, _mm256_set1_ps(a.d)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled(acc, sv, d, a.d);
         s.prefetch();
         s.advance();
     }

@@ -51,6 +51,16 @@ pub(crate) fn fp16x8(h: &[u16; 8]) -> __m256 {
     _mm256_cvtph_ps(v)
 }
 
+/// `acc + f32(s) * (d * da)` lane-wise: the block formula of the formats
+/// without mins for 8 rows (the scalar order: the product of the scales
+/// first, no FMA).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn add_scaled(acc: __m256, s: __m256i, d: __m256, da: f32) -> __m256 {
+    let c = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(da)));
+    _mm256_add_ps(acc, c)
+}
+
 /// How far ahead the CQ4 kernels prefetch panel bytes.
 pub(crate) const CQ4_PREFETCH_BYTES: usize = 2048;
 
@@ -107,6 +117,49 @@ pub(crate) unsafe fn q4_values(qs: *const u8) -> __m256i {
     let lo = _mm_and_si128(q, m4);
     let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), m4);
     _mm256_set_m128i(hi, lo)
+}
+
+/// The 16 IQ4 levels in both 128-bit lanes (the `pshufb` table of
+/// [`iq4_levels`]).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn iq4_table() -> __m256i {
+    // SAFETY: IQ4_LEVELS is 16 bytes.
+    let t = unsafe { load128(crate::blocks::IQ4_LEVELS.as_ptr().cast()) };
+    _mm256_broadcastsi128_si256(t)
+}
+
+/// The 32 signed levels (-127..=113) of the 16 index bytes at `qs` of an
+/// IQ4_NL block (or one IQ4_XS sub-block), in weight order: the nibbles of
+/// [`q4_values`] looked up in `table` ([`iq4_table`]).
+///
+/// # Safety
+/// `qs..qs + 16` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn iq4_levels(qs: *const u8, table: __m256i) -> __m256i {
+    // SAFETY: the caller guarantees the 16 bytes.
+    _mm256_shuffle_epi8(table, unsafe { q4_values(qs) })
+}
+
+/// The 8 signed sub-block scales of the IQ4_XS block at `p`
+/// ([`crate::blocks::iq4_xs_scales`]).
+///
+/// # Safety
+/// `p..p + 8` (d, scales_h, scales_l) must be readable.
+#[inline]
+pub(crate) unsafe fn iq4_xs_scales_at(p: *const u8) -> [i8; 8] {
+    // SAFETY: the caller guarantees the 8 header bytes; read_unaligned has
+    // no alignment requirement.
+    let hdr = unsafe { p.cast::<[u8; 8]>().read_unaligned() };
+    crate::blocks::iq4_xs_scales(&hdr)
+}
+
+/// Eight i8 as the low 8 bytes of a vector (the rest zero).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn i8x8(v: [i8; 8]) -> __m128i {
+    _mm_set_epi64x(0, i64::from_le_bytes(v.map(|x| x as u8)))
 }
 
 /// The f32 contribution of a Q4_1 / Q5_1 block for 8 rows, as the scalar
@@ -238,6 +291,47 @@ pub(crate) unsafe fn q5_k_values(p: *const u8) -> [__m256i; 8] {
             _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
             qh_bit4(qh, 2 * c + 1),
         );
+    }
+    v
+}
+
+/// The 2-bit fields of the 64 bytes at `qs` (Q2_K / Q3_K), as 8 runs of 32
+/// (0..=3): `v[i]` = weights `32i..32i + 32`, whose low 16 are sub-block
+/// `2i` and high 16 sub-block `2i + 1`.
+///
+/// # Safety
+/// `qs..qs + 64` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn two_bit_values(qs: *const u8) -> [__m256i; 8] {
+    let m3 = _mm256_set1_epi8(0x03);
+    let mut v = [_mm256_setzero_si256(); 8];
+    for n in 0..2 {
+        // SAFETY: the caller guarantees the 64 bytes.
+        let q = unsafe { load256(qs.add(32 * n)) };
+        // epi16 shifts: bits crossing a byte boundary land outside the mask.
+        v[4 * n] = _mm256_and_si256(q, m3);
+        v[4 * n + 1] = _mm256_and_si256(_mm256_srli_epi16::<2>(q), m3);
+        v[4 * n + 2] = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m3);
+        v[4 * n + 3] = _mm256_and_si256(_mm256_srli_epi16::<6>(q), m3);
+    }
+    v
+}
+
+/// The 8 runs of 32 values of a Q3_K block at `p` plus 4 (unsigned,
+/// 0..=7): the 2-bit field, bit 2 = bit `i` of `hmask[l]` for run `i`.
+///
+/// # Safety
+/// `p..p + 110` must be readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn q3_k_values(p: *const u8) -> [__m256i; 8] {
+    use crate::blocks::q3_k;
+    // SAFETY: hmask is 32 bytes at 0, qs 64 bytes at 32 of the block.
+    let (mut v, hm) = unsafe { (two_bit_values(p.add(q3_k::QS)), load256(p.add(q3_k::HMASK))) };
+    for (i, vi) in v.iter_mut().enumerate() {
+        // Bit i at bit 4 (masked), then at bit 2 of the same byte.
+        *vi = _mm256_or_si256(*vi, _mm256_srli_epi16::<2>(qh_bit4(hm, i)));
     }
     v
 }

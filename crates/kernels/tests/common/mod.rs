@@ -37,9 +37,15 @@ pub fn ggml_random_bytes(format: QuantFormat, n: usize, k: usize, seed: u64) -> 
     let mut rng = SplitMix64::new(seed);
     let mut out: Vec<u8> = (0..len).map(|_| (rng.next_u64() >> 56) as u8).collect();
     let fp16_fields: &[usize] = match format {
-        QuantFormat::Q8_0 | QuantFormat::Q4_0 | QuantFormat::Q5_0 => &[0],
+        QuantFormat::Q8_0
+        | QuantFormat::Q4_0
+        | QuantFormat::Q5_0
+        | QuantFormat::Iq4Nl
+        | QuantFormat::Iq4Xs => &[0],
         QuantFormat::Q4_1 | QuantFormat::Q5_1 | QuantFormat::Q4K | QuantFormat::Q5K => &[0, 2],
         QuantFormat::Q6K => &[208],
+        QuantFormat::Q2K => &[80, 82],
+        QuantFormat::Q3K => &[108],
     };
     for blk in out.chunks_exact_mut(bb) {
         for &o in fp16_fields {
