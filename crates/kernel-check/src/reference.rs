@@ -130,20 +130,36 @@ pub fn compare_exact(y: &[f32], r: &Reference) -> ExactStats {
 
 /// The references of `m` for activations `x` (`x.len() == m.cols()`).
 pub fn reference(m: &Matrix<'_>, x: &[f32]) -> Result<Reference, KernelError> {
+    reference_with(m, x, true)
+}
+
+/// [`reference`], with the end-to-end sums only if `e2e` (otherwise
+/// [`Reference::e2e`] is all NaN: the checks that decide do not use it, and
+/// skipping it saves a third of the ggml reference's arithmetic).
+pub fn reference_with(m: &Matrix<'_>, x: &[f32], e2e: bool) -> Result<Reference, KernelError> {
     check_len("x", m.as_gemv().cols(), x.len())?;
-    match m {
-        Matrix::Ggml(g) => match g.format() {
-            QuantFormat::Q8_0 => ggml::<Q8_0>(g, x),
-            QuantFormat::Q4_0 => ggml::<Q4_0>(g, x),
-            QuantFormat::Q4_1 => ggml::<Q4_1>(g, x),
-            QuantFormat::Q5_0 => ggml::<Q5_0>(g, x),
-            QuantFormat::Q5_1 => ggml::<Q5_1>(g, x),
-            QuantFormat::Q4K => ggml::<Q4K>(g, x),
-            QuantFormat::Q5K => ggml::<Q5K>(g, x),
-            QuantFormat::Q6K => ggml::<Q6K>(g, x),
-        },
-        Matrix::Float(f) => Ok(float(f, x)),
-        Matrix::Panel(p) => panel(p, x),
+    let mut r = match (m, e2e) {
+        (Matrix::Ggml(g), true) => ggml_any::<true>(g, x),
+        (Matrix::Ggml(g), false) => ggml_any::<false>(g, x),
+        (Matrix::Float(f), _) => Ok(float(f, x)),
+        (Matrix::Panel(p), _) => panel(p, x, e2e),
+    }?;
+    if !e2e {
+        r.e2e.fill(f64::NAN);
+    }
+    Ok(r)
+}
+
+fn ggml_any<const E2E: bool>(g: &GgmlMatrix<'_>, x: &[f32]) -> Result<Reference, KernelError> {
+    match g.format() {
+        QuantFormat::Q8_0 => ggml::<Q8_0, E2E>(g, x),
+        QuantFormat::Q4_0 => ggml::<Q4_0, E2E>(g, x),
+        QuantFormat::Q4_1 => ggml::<Q4_1, E2E>(g, x),
+        QuantFormat::Q5_0 => ggml::<Q5_0, E2E>(g, x),
+        QuantFormat::Q5_1 => ggml::<Q5_1, E2E>(g, x),
+        QuantFormat::Q4K => ggml::<Q4K, E2E>(g, x),
+        QuantFormat::Q5K => ggml::<Q5K, E2E>(g, x),
+        QuantFormat::Q6K => ggml::<Q6K, E2E>(g, x),
     }
 }
 
@@ -185,7 +201,10 @@ fn ratio(a: f64, x: f64, tol: f64) -> f64 {
     }
 }
 
-fn ggml<F: GgmlFormat>(m: &GgmlMatrix<'_>, x: &[f32]) -> Result<Reference, KernelError> {
+fn ggml<F: GgmlFormat, const E2E: bool>(
+    m: &GgmlMatrix<'_>,
+    x: &[f32],
+) -> Result<Reference, KernelError> {
     let (k, nb) = (m.cols(), m.blocks_per_row());
     let mut act = vec![F::Act::default(); nb];
     F::Act::quantize(x, &mut act)?;
@@ -212,7 +231,7 @@ fn ggml<F: GgmlFormat>(m: &GgmlMatrix<'_>, x: &[f32]) -> Result<Reference, Kerne
                 m.row_blocks(r, rb)?;
                 ggml_quants::dequantize_rows(ty, rb, k, w)
                     .map_err(|e| KernelError::Unsupported(e.to_string()))?;
-                let (exact, e2e, wa, nonfinite) = dot_sums(w, &a, x);
+                let (exact, e2e, wa, nonfinite) = dot_sums::<E2E>(w, &a, x);
                 let mut terms = 0f64;
                 for (blk, ab) in rb.chunks_exact(bb).zip(&act) {
                     let (p, q) = F::block_terms(blk, ab);
@@ -230,12 +249,13 @@ fn ggml<F: GgmlFormat>(m: &GgmlMatrix<'_>, x: &[f32]) -> Result<Reference, Kerne
     collect(rows, act_ratio)
 }
 
-/// `(sum w a, sum w x, sum |w a|, non-finite w)` in f64 over one row. The
+/// `(sum w a, sum w x, sum |w a|, non-finite w)` in f64 over one row
+/// (`sum w x` only if `E2E`, else 0). The
 /// sums run in four interleaved chains (vectorizable): the bound's `2 K
 /// 2^-53` term for the f64 reference covers the rounding of any summation
 /// order (`K` products each rounded once, any order of `K - 1` additions:
 /// at most `(2 K - 1) 2^-53 sum |w a|` to first order).
-fn dot_sums(w: &[f32], a: &[f64], x: &[f32]) -> (f64, f64, f64, usize) {
+fn dot_sums<const E2E: bool>(w: &[f32], a: &[f64], x: &[f32]) -> (f64, f64, f64, usize) {
     const L: usize = 4;
     let (mut ex, mut e2, mut wa) = ([0f64; L], [0f64; L], [0f64; L]);
     let mut bad = [0usize; L];
@@ -247,7 +267,9 @@ fn dot_sums(w: &[f32], a: &[f64], x: &[f32]) -> (f64, f64, f64, usize) {
             bad[l] += usize::from(!wv[l].is_finite());
             let wi = f64::from(wv[l]);
             ex[l] += wi * av[l];
-            e2[l] += wi * f64::from(xv[l]);
+            if E2E {
+                e2[l] += wi * f64::from(xv[l]);
+            }
             wa[l] += (wi * av[l]).abs();
         }
     }
@@ -258,7 +280,9 @@ fn dot_sums(w: &[f32], a: &[f64], x: &[f32]) -> (f64, f64, f64, usize) {
         nonfinite += usize::from(!wi.is_finite());
         let wi = f64::from(wi);
         exact += wi * ai;
-        e2e += wi * f64::from(xi);
+        if E2E {
+            e2e += wi * f64::from(xi);
+        }
         wab += (wi * ai).abs();
     }
     (exact, e2e, wab, nonfinite)
@@ -294,7 +318,7 @@ fn float(m: &FloatMatrix<'_>, x: &[f32]) -> Reference {
     collect(rows, 0.0).expect("float rows never fail")
 }
 
-fn panel(m: &PanelMatrix<'_>, x: &[f32]) -> Result<Reference, KernelError> {
+fn panel(m: &PanelMatrix<'_>, x: &[f32], with_e2e: bool) -> Result<Reference, KernelError> {
     let view = m.view();
     let (n, kp, ng) = (m.rows(), m.cols(), m.groups());
     // The kernel's activations, computed as the kernels compute them.
@@ -342,9 +366,11 @@ fn panel(m: &PanelMatrix<'_>, x: &[f32]) -> Result<Reference, KernelError> {
                         isum += i32::from(cb_i8[i as usize]) * i32::from(qj);
                     }
                     let mut s4 = [0f64; 4];
-                    for (ic, tc) in idx.chunks_exact(4).zip(t[cols].chunks_exact(4)) {
-                        for l in 0..4 {
-                            s4[l] += codebook[ic[l] as usize] * tc[l];
+                    if with_e2e {
+                        for (ic, tc) in idx.chunks_exact(4).zip(t[cols].chunks_exact(4)) {
+                            for l in 0..4 {
+                                s4[l] += codebook[ic[l] as usize] * tc[l];
+                            }
                         }
                     }
                     let term = folded * f64::from(act.scale[g]) * f64::from(isum);

@@ -330,7 +330,12 @@ impl<'a> PanelView<'a> {
     /// The 4-bit indices of row `n` (`n < SB64 * 64`) in group `g`, columns
     /// `g * GROUP .. (g + 1) * GROUP` in order: the values of
     /// [`PanelView::index`] for those columns, with one bounds check.
-    pub fn group_indices(&self, n: usize, g: usize, out: &mut [u8; GROUP]) -> Result<(), PanelError> {
+    pub fn group_indices(
+        &self,
+        n: usize,
+        g: usize,
+        out: &mut [u8; GROUP],
+    ) -> Result<(), PanelError> {
         // The group's first nibble is the low one of its first kg-block's
         // byte pair for row `n`; each next kg-block is KG_BLOCK_BYTES on.
         // (The last column's check covers the group.)
