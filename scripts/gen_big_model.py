@@ -48,7 +48,7 @@ is written under OUT.tmp and renamed into place.
 
 Usage: scripts/gen_big_model.py OUT [--format safetensors-bf16|gguf-f32]
            [--seed 0] [--layers 18] [--ffn 8704] [--vocab 262144]
-           [--only embedding|layers]
+           [--only embedding|layers] [--hidden 640 --heads 4 --kv-heads 1 --head-dim 256]
 Needs: numpy (and gguf for gguf-f32): scripts/requirements.txt.
 """
 import argparse
@@ -225,6 +225,8 @@ def write_gguf(out_file, tensors, seed, cfg):
 
 
 def main():
+    # The shapes (LAYER, plan, config, write_gguf) read these globals.
+    global HIDDEN, N_HEAD, N_KV_HEAD, HEAD_DIM, Q_DIM, KV_DIM
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", help="output folder (safetensors-bf16) or .gguf file (gguf-f32)")
     ap.add_argument("--format", default="safetensors-bf16", choices=["safetensors-bf16", "gguf-f32"])
@@ -235,9 +237,21 @@ def main():
                     help=f"embedding rows (default {VOCAB}; smaller for a quick benchmark)")
     ap.add_argument("--only", choices=["embedding", "layers"],
                     help="write only the token embedding, or only the rest")
+    ap.add_argument("--hidden", type=int, default=HIDDEN,
+                    help=f"hidden size (default {HIDDEN}); with --heads, --kv-heads and "
+                    "--head-dim other model sizes, e.g. a 7B-class one: --hidden 4096 --heads 32 "
+                    "--kv-heads 8 --head-dim 128 --ffn 14336 --layers 32 --vocab 128256")
+    ap.add_argument("--heads", type=int, default=N_HEAD, help=f"query heads (default {N_HEAD})")
+    ap.add_argument("--kv-heads", type=int, default=N_KV_HEAD,
+                    help=f"key/value heads (default {N_KV_HEAD})")
+    ap.add_argument("--head-dim", type=int, default=HEAD_DIM, help=f"(default {HEAD_DIM})")
     args = ap.parse_args()
     if args.layers < 0 or args.ffn < 1 or args.vocab < 1:
         ap.error("--layers must be >= 0, --ffn and --vocab >= 1")
+    if min(args.hidden, args.heads, args.kv_heads, args.head_dim) < 1:
+        ap.error("--hidden, --heads, --kv-heads and --head-dim must be >= 1")
+    HIDDEN, N_HEAD, N_KV_HEAD, HEAD_DIM = args.hidden, args.heads, args.kv_heads, args.head_dim
+    Q_DIM, KV_DIM = N_HEAD * HEAD_DIM, N_KV_HEAD * HEAD_DIM
 
     t0 = time.time()
     tensors = plan(args.layers, args.ffn, args.only, args.vocab)

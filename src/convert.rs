@@ -39,10 +39,10 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
     let result = pool.install(|| -> Result<Manifest> {
         let manifest = write_bundle(&cat, &plan, &opts, &dir, args.quiet)?;
         if !args.no_verify {
-            let (files, isas) = crate::verify::check_written_bundle(dir.staging(), args.quiet)?;
+            let (files, isa) = crate::verify::check_written_bundle(dir.staging(), args.quiet)?;
             if !args.quiet && !args.json {
                 eprintln!(
-                    "  verified: {files} files, {isas} ISA(s), against the manifest and the f64 references"
+                    "  verified: {files} files on {isa}, against the manifest and the f64 references"
                 );
             }
         }

@@ -373,7 +373,7 @@ pub fn file_bytes(t: &Tensor, action: Action) -> u64 {
                 .and_then(|(n, kp)| cq4::PanelGeometry::new(n, kp, 128).ok())
                 .map(|g| Header::panels(&g, family))
         }
-        Action::Source | Action::Skip(_) => None,
+        Action::Source(_) | Action::Skip(_) => None,
     };
     header
         .as_ref()

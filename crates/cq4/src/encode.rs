@@ -216,7 +216,7 @@ impl DecisionTable {
         let range = 4.0 * mid.iter().fold(0.0f64, |a, m| a.max(m.abs()));
         let w = 2.0 * range / TABLE_BUCKETS as f64;
         let slack = e + w / 100.0;
-        let table = (0..TABLE_BUCKETS)
+        let mut table: Vec<u8> = (0..TABLE_BUCKETS)
             .map(|b| {
                 let lo = -range + b as f64 * w - slack;
                 let hi = -range + (b + 1) as f64 * w + slack;
@@ -227,6 +227,8 @@ impl DecisionTable {
                 }
             })
             .collect();
+        // The entry of every estimate outside the buckets (and of NaN).
+        table.push(UNCERTAIN);
         DecisionTable {
             range,
             inv_w: 1.0 / w,
@@ -239,11 +241,27 @@ impl DecisionTable {
     #[inline(always)]
     fn lookup(&self, est: f64) -> u8 {
         let t = (est + self.range) * self.inv_w;
-        if t >= 0.0 && t < TABLE_BUCKETS as f64 {
-            self.table[t as usize]
+        // Branch-free: a 32-bit truncation (exact for 0 <= t < 2^14) and a
+        // select of the last entry (UNCERTAIN) for every other t.
+        let inside = t >= 0.0 && t < TABLE_BUCKETS as f64;
+        let b = if inside {
+            t as i32 as usize
         } else {
-            UNCERTAIN
+            TABLE_BUCKETS
+        };
+        self.table[b.min(TABLE_BUCKETS)]
+    }
+
+    /// [`DecisionTable::lookup`] of a tile row's `NR` estimates, and the
+    /// mask of those it does not know (bit `q` for column `q`).
+    #[inline(always)]
+    fn lookup_row(&self, est: &[f64; NR]) -> ([u8; NR], u32) {
+        let idx: [u8; NR] = std::array::from_fn(|q| self.lookup(est[q]));
+        let mut unsure = 0u32;
+        for (q, &d) in idx.iter().enumerate() {
+            unsure |= u32::from(d == UNCERTAIN) << q;
         }
+        (idx, unsure)
     }
 }
 
@@ -671,12 +689,7 @@ impl PanelEncoder {
                         if c >= cnt {
                             break;
                         }
-                        let mut idx = [0u8; NR];
-                        let mut unsure = 0u32;
-                        for (q, (d, &est)) in idx.iter_mut().zip(accr).enumerate() {
-                            *d = self.table.lookup(est);
-                            unsure |= ((*d == UNCERTAIN) as u32) << q;
-                        }
+                        let (mut idx, mut unsure) = self.table.lookup_row(accr);
                         while unsure != 0 {
                             let q = unsure.trailing_zeros() as usize;
                             unsure &= unsure - 1;
@@ -1005,6 +1018,24 @@ mod tests {
             let t = DecisionTable::new(&m, e);
             let known = t.table.iter().filter(|&&v| v != UNCERTAIN).count();
             assert!(known > TABLE_BUCKETS * 9 / 10, "d={d}: {known}");
+            // Outside the buckets (and NaN) nothing is known.
+            for x in [
+                -t.range - 1e-9,
+                t.range * (1.0 + 1e-12),
+                1e300,
+                -1e300,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                f64::NAN,
+            ] {
+                assert_eq!(t.lookup(x), UNCERTAIN, "d={d} x={x}");
+            }
+            let row: [f64; NR] = std::array::from_fn(|q| (q as f64 - 8.0) * 0.37 * m[LEVELS / 2]);
+            let (idx, unsure) = t.lookup_row(&row);
+            for q in 0..NR {
+                assert_eq!(idx[q], t.lookup(row[q]));
+                assert_eq!(unsure >> q & 1 == 1, idx[q] == UNCERTAIN);
+            }
             let mut probes = vec![];
             for &x in &m {
                 for k in -400..=400 {

@@ -279,6 +279,19 @@ fn qdq_round_trip_and_sqnr() {
             nibble(&e.panels, &g, n - 1, kp - 1)
         );
         assert!(view.index(n, 0).is_err());
+        // ...group by group too (the bulk read of the verifier).
+        let pv = view.view();
+        let mut idx = [0u8; 128];
+        for r in (0..g.padded_n()).step_by(7).chain([g.padded_n() - 1]) {
+            for grp in 0..g.num_groups() {
+                pv.group_indices(r, grp, &mut idx).unwrap();
+                for (c, &i) in idx.iter().enumerate() {
+                    assert_eq!(i, nibble(&e.panels, &g, r, grp * 128 + c), "{r} {grp} {c}");
+                }
+            }
+        }
+        assert!(pv.group_indices(g.padded_n(), 0, &mut idx).is_err());
+        assert!(pv.group_indices(0, g.num_groups(), &mut idx).is_err());
         assert_eq!(view.cb_i8(), enc.cb_i8());
     }
 }

@@ -554,6 +554,13 @@ impl Q4KView<'_> {
         let b = self.0[q4_k::QS + 32 * chunk + j % 32];
         (if j < 32 { b & 15 } else { b >> 4 }) as i32
     }
+    /// The 4-bit values of sub-block `j` (0..8): weights `32 j .. 32 j + 32`,
+    /// i.e. `v(32 j + l)` for `l` in 0..32.
+    pub fn sub_block(&self, j: usize) -> [u8; 32] {
+        let qs = &self.0[q4_k::QS + 32 * (j / 2)..q4_k::QS + 32 * (j / 2) + 32];
+        let shift = 4 * (j % 2);
+        std::array::from_fn(|l| (qs[l] >> shift) & 15)
+    }
 }
 
 impl Q5KView<'_> {
@@ -580,6 +587,14 @@ impl Q5KView<'_> {
         let hi = ((self.0[q5_k::QH + i % 32] >> (i / 32)) & 1) as i32;
         lo | (hi << 4)
     }
+    /// The 5-bit values of sub-block `j` (0..8): `v(32 j + l)` for `l` in
+    /// 0..32.
+    pub fn sub_block(&self, j: usize) -> [u8; 32] {
+        let qs = &self.0[q5_k::QS + 32 * (j / 2)..q5_k::QS + 32 * (j / 2) + 32];
+        let qh = &self.0[q5_k::QH..q5_k::QH + 32];
+        let shift = 4 * (j % 2);
+        std::array::from_fn(|l| ((qs[l] >> shift) & 15) | (((qh[l] >> j) & 1) << 4))
+    }
 }
 
 impl Q6KView<'_> {
@@ -599,6 +614,16 @@ impl Q6KView<'_> {
         let lo = if t < 2 { ql & 15 } else { ql >> 4 };
         let hi = (self.0[q6_k::QH + 32 * half + l] >> (2 * t)) & 3;
         (lo | (hi << 4)) as i32
+    }
+    /// The 6-bit values of sub-block `j` (0..16): `v(16 j + l)` for `l` in
+    /// 0..16.
+    pub fn sub_block(&self, j: usize) -> [u8; 16] {
+        let i = 16 * j;
+        let (half, t, l0) = (i / 128, (i % 128) / 32, i % 32);
+        let ql = &self.0[q6_k::QL + 64 * half + 32 * (t % 2) + l0..][..16];
+        let qh = &self.0[q6_k::QH + 32 * half + l0..][..16];
+        let shift = 4 * (t / 2);
+        std::array::from_fn(|l| ((ql[l] >> shift) & 15) | (((qh[l] >> (2 * t)) & 3) << 4))
     }
 }
 
@@ -646,6 +671,41 @@ mod tests {
             let (sc, m) = unpack_k4_scales(&s);
             for j in 0..8 {
                 assert_eq!(get_scale_min_k4(j, &s), (sc[j], m[j]));
+            }
+        }
+    }
+
+    #[test]
+    fn k_quant_sub_blocks_are_the_per_weight_values() {
+        let mut x = 0x9e37_79b9u32;
+        let mut bytes = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect()
+        };
+        for _ in 0..50 {
+            let b = bytes(q4_k::BYTES);
+            let v = Q4KView::new(&b).unwrap();
+            for j in 0..8 {
+                let want: Vec<u8> = (0..32).map(|l| v.v(32 * j + l) as u8).collect();
+                assert_eq!(v.sub_block(j).to_vec(), want);
+            }
+            let b = bytes(q5_k::BYTES);
+            let v = Q5KView::new(&b).unwrap();
+            for j in 0..8 {
+                let want: Vec<u8> = (0..32).map(|l| v.v(32 * j + l) as u8).collect();
+                assert_eq!(v.sub_block(j).to_vec(), want);
+            }
+            let b = bytes(q6_k::BYTES);
+            let v = Q6KView::new(&b).unwrap();
+            for j in 0..16 {
+                let want: Vec<u8> = (0..16).map(|l| v.v(16 * j + l) as u8).collect();
+                assert_eq!(v.sub_block(j).to_vec(), want);
             }
         }
     }

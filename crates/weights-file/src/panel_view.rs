@@ -15,7 +15,7 @@ use crate::format::Header;
 use crate::fp16::{f16_bits_to_f32, f16_bits_to_f64, f64_to_f16_bits};
 use crate::panel::{
     cb_scale_of, codebook_i8, PanelError, PanelGeometry, RotationFamily, RotationRegions,
-    ScalesLayout, CODEBOOK_ENTRIES, KG_BLOCK_BYTES, SUPER_BLOCK,
+    ScalesLayout, CODEBOOK_ENTRIES, KG_BLOCK_BYTES, KG_WIDTH, SUPER_BLOCK,
 };
 use crate::read::WeightsFile;
 
@@ -325,6 +325,28 @@ impl<'a> PanelView<'a> {
         let (byte, high) = self.geometry.nibble_position(n, k)?;
         let b = self.data[byte];
         Ok(if high { b >> 4 } else { b & 15 })
+    }
+
+    /// The 4-bit indices of row `n` (`n < SB64 * 64`) in group `g`, columns
+    /// `g * GROUP .. (g + 1) * GROUP` in order: the values of
+    /// [`PanelView::index`] for those columns, with one bounds check.
+    pub fn group_indices(
+        &self,
+        n: usize,
+        g: usize,
+        out: &mut [u8; GROUP],
+    ) -> Result<(), PanelError> {
+        // The group's first nibble is the low one of its first kg-block's
+        // byte pair for row `n`; each next kg-block is KG_BLOCK_BYTES on.
+        // (The last column's check covers the group.)
+        self.geometry.nibble_position(n, (g + 1) * GROUP - 1)?;
+        let (first, _) = self.geometry.nibble_position(n, g * GROUP)?;
+        let blocks = self.data[first..].chunks(KG_BLOCK_BYTES);
+        for (q, blk) in out.chunks_exact_mut(KG_WIDTH).zip(blocks) {
+            let (b0, b1) = (blk[0], blk[1]);
+            q.copy_from_slice(&[b0 & 15, b0 >> 4, b1 & 15, b1 >> 4]);
+        }
+        Ok(())
     }
 
     /// The Hadamard parameters (Hadamard family only).
