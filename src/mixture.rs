@@ -134,71 +134,6 @@ pub fn fallback(chosen: GgmlType, k: u64) -> GgmlType {
 /// `--max-bpw` when not given: llama.cpp Q4_1's nominal bits per weight.
 pub const DEFAULT_MAX_BPW: f64 = 5.0;
 
-/// `--mix auto`: the tensors (indices into `cat.tensors`) whose
-/// Hadamard-family CQ4 panels in `actions` become plain FP16, most sensitive
-/// first, each taken when the bundle's weight files still fit `max_bpw` bits
-/// per weight of the model's matrices (every byte of every file counted).
-/// The order: `attn_v`, then `ffn_down` of the layers `use_more_bits` picks,
-/// then the other `ffn_down`, each in source order. Tensors a
-/// `--tensor-type` rule matches are left as the rule put them. Decided from
-/// shapes alone, so the same for every run.
-pub fn auto_fp16(
-    cat: &Catalogue,
-    actions: &[crate::plan::Action],
-    overrides: &[Override],
-    max_bpw: f64,
-) -> Vec<usize> {
-    use crate::plan::{file_bytes, Action};
-    let tensors = &cat.tensors;
-    let mut total: u64 = tensors
-        .iter()
-        .zip(actions)
-        .map(|(t, &a)| file_bytes(t, a))
-        .fold(0, u64::saturating_add);
-    let weights: u64 = tensors
-        .iter()
-        .zip(actions)
-        .filter(|(t, a)| t.shape.len() == 2 && t.role.is_matrix() && a.writes_file())
-        .map(|(t, _)| t.n_elements())
-        .fold(0, u64::saturating_add);
-    let n_layer = tensors
-        .iter()
-        .filter_map(|t| layer(&t.name))
-        .max()
-        .map_or(0, |l| l + 1);
-    let candidate = |i: usize| {
-        let t = &tensors[i];
-        let hadamard = matches!(
-            actions[i],
-            Action::Panels {
-                family: cq4::Family::Hadamard,
-                ..
-            }
-        );
-        (hadamard && matching(overrides, &t.name).is_none()).then(|| kind(&t.name))
-    };
-    let more = |i: usize| layer(&tensors[i].name).is_some_and(|l| use_more_bits(l, n_layer));
-    let mut order: Vec<usize> = (0..tensors.len())
-        .filter(|&i| candidate(i) == Some(Kind::AttnV))
-        .collect();
-    order.extend((0..tensors.len()).filter(|&i| candidate(i) == Some(Kind::FfnDown) && more(i)));
-    order.extend((0..tensors.len()).filter(|&i| candidate(i) == Some(Kind::FfnDown) && !more(i)));
-    let budget_bits = max_bpw * weights as f64;
-    let mut chosen = Vec::new();
-    for i in order {
-        let t = &tensors[i];
-        let grown = total
-            .saturating_sub(file_bytes(t, actions[i]))
-            .saturating_add(file_bytes(t, Action::Plain));
-        if grown as f64 * 8.0 <= budget_bits {
-            total = grown;
-            chosen.push(i);
-        }
-    }
-    chosen.sort_unstable();
-    chosen
-}
-
 /// `use_more_bits(i, n)` of llama.cpp: the first and last eighth of the
 /// layers and every third in between.
 pub fn use_more_bits(i: usize, n: usize) -> bool {
@@ -209,14 +144,14 @@ pub fn use_more_bits(i: usize, n: usize) -> bool {
 /// What a tensor is to the mixture rules, from a GGUF or a Hugging Face
 /// name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     AttnV,
     FfnDown,
     Output,
     Other,
 }
 
-fn kind(name: &str) -> Kind {
+pub(crate) fn kind(name: &str) -> Kind {
     let n = name.to_ascii_lowercase();
     if n.contains("attn_v.")
         || n.contains("attn_qkv.")
@@ -233,7 +168,7 @@ fn kind(name: &str) -> Kind {
 }
 
 /// The layer of `blk.N.` / `layers.N.` names.
-fn layer(name: &str) -> Option<usize> {
+pub(crate) fn layer(name: &str) -> Option<usize> {
     for pre in ["blk.", "layers."] {
         if let Some(i) = name.find(pre) {
             let rest = &name[i + pre.len()..];

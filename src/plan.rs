@@ -13,7 +13,7 @@ use crate::engine::{self, policy, EngineTensor};
 use crate::extra::{Extra, ExtraContent};
 use crate::failure::bad_input;
 use crate::materialize::Transform;
-use crate::mixture::{has_sidecar, matching};
+use crate::mixture::{has_sidecar, matching, Override};
 use crate::options::{Mode, Options};
 use crate::outdir::{self, NameAllocator};
 
@@ -289,7 +289,7 @@ pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
     } = &opts.mode
     {
         let actions: Vec<Action> = decided.iter().map(|d| d.0).collect();
-        let upgrades = crate::mixture::auto_fp16(cat, &actions, overrides, *budget);
+        let upgrades = auto_fp16(cat, &actions, overrides, *budget);
         for i in upgrades {
             decided[i].0 = Action::Plain;
             if let Some(e) = &mut decided[i].1 {
@@ -336,6 +336,71 @@ pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
         jobs.push(job);
     }
     Ok(Plan { jobs, extra })
+}
+
+/// `--mix auto`: the tensors (indices into `cat.tensors`) whose
+/// Hadamard-family CQ4 panels in `actions` become plain FP16, most sensitive
+/// first, each taken when the bundle's weight files still fit `max_bpw` bits
+/// per weight of the model's matrices (every byte of every file counted).
+/// The order: `attn_v`, then `ffn_down` of the layers `use_more_bits` picks,
+/// then the other `ffn_down`, each in source order. Tensors a
+/// `--tensor-type` rule matches are left as the rule put them. Decided from
+/// shapes alone, so the same for every run.
+fn auto_fp16(
+    cat: &Catalogue,
+    actions: &[crate::plan::Action],
+    overrides: &[Override],
+    max_bpw: f64,
+) -> Vec<usize> {
+    use crate::mixture::{kind, layer, use_more_bits, Kind};
+    let tensors = &cat.tensors;
+    let mut total: u64 = tensors
+        .iter()
+        .zip(actions)
+        .map(|(t, &a)| file_bytes(t, a))
+        .fold(0, u64::saturating_add);
+    let weights: u64 = tensors
+        .iter()
+        .zip(actions)
+        .filter(|(t, a)| t.shape.len() == 2 && t.role.is_matrix() && a.writes_file())
+        .map(|(t, _)| t.n_elements())
+        .fold(0, u64::saturating_add);
+    let n_layer = tensors
+        .iter()
+        .filter_map(|t| layer(&t.name))
+        .max()
+        .map_or(0, |l| l + 1);
+    let candidate = |i: usize| {
+        let t = &tensors[i];
+        let hadamard = matches!(
+            actions[i],
+            Action::Panels {
+                family: cq4::Family::Hadamard,
+                ..
+            }
+        );
+        (hadamard && matching(overrides, &t.name).is_none()).then(|| kind(&t.name))
+    };
+    let more = |i: usize| layer(&tensors[i].name).is_some_and(|l| use_more_bits(l, n_layer));
+    let mut order: Vec<usize> = (0..tensors.len())
+        .filter(|&i| candidate(i) == Some(Kind::AttnV))
+        .collect();
+    order.extend((0..tensors.len()).filter(|&i| candidate(i) == Some(Kind::FfnDown) && more(i)));
+    order.extend((0..tensors.len()).filter(|&i| candidate(i) == Some(Kind::FfnDown) && !more(i)));
+    let budget_bits = max_bpw * weights as f64;
+    let mut chosen = Vec::new();
+    for i in order {
+        let t = &tensors[i];
+        let grown = total
+            .saturating_sub(file_bytes(t, actions[i]))
+            .saturating_add(file_bytes(t, Action::Plain));
+        if grown as f64 * 8.0 <= budget_bits {
+            total = grown;
+            chosen.push(i);
+        }
+    }
+    chosen.sort_unstable();
+    chosen
 }
 
 /// The action of an engine-layout tensor of `precision`.
