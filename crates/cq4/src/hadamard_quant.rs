@@ -6,11 +6,9 @@
 //! compiles the same body again with AVX2 enabled (Rust never contracts
 //! `a * b + c` into an FMA or reassociates, so the values are the same).
 //!
-//! One change of form, not of value: `rot_j = y_j / SQRT128` with
-//! `y_j = right[p] * h[p]` is compared with the thresholds as
-//! `m_i < fl(y_j / SQRT128)  <=>  y_j > Y_i`, where `Y_i` is the largest f64
-//! with `fl(Y_i / SQRT128) <= m_i` (division by a positive constant, then
-//! rounding, is monotone), computed once per encoder; no division per value.
+//! The indices come from the norm search (§CQ4.7.3) alone: its candidate
+//! `g = 1` compares with `m_i * 1 = m_i`, i.e. it is §7.1's rule, so §7.1
+//! is not computed separately.
 
 use crate::codebook::LEVELS;
 use crate::hadamard::{sqrt128, HadamardRotation, FIXED_MAGIC, HADAMARD_N};
@@ -31,8 +29,6 @@ pub(crate) struct HadamardQuant {
     /// For output column `j`: `perm[j]` and `right[perm[j]]`.
     pub(crate) perm: [usize; HADAMARD_N],
     pub(crate) right: [f64; HADAMARD_N],
-    /// `Y_i`: `m_i < fl(y / SQRT128)` iff `y > Y_i`.
-    pub(crate) pre: [f64; LEVELS - 1],
     /// The canonical codebook values and their midpoints (§CQ4.4).
     cb: [f64; LEVELS],
     mid: [f64; LEVELS - 1],
@@ -48,18 +44,6 @@ pub fn scale_candidate(t: usize) -> f64 {
     (16 + t) as f64 / 20.0
 }
 
-/// The largest f64 `y` with `fl(y / s) <= m` (`s > 0`, `m` finite).
-fn pre_threshold(m: f64, s: f64) -> f64 {
-    let mut y = m * s;
-    while y / s > m {
-        y = y.next_down();
-    }
-    while y.next_up() / s <= m {
-        y = y.next_up();
-    }
-    y
-}
-
 impl HadamardQuant {
     pub(crate) fn new(
         h: &HadamardRotation,
@@ -67,7 +51,6 @@ impl HadamardQuant {
         mid: &[f64; LEVELS - 1],
         norm_floor: f64,
     ) -> Self {
-        let s = sqrt128();
         let mut perm = [0usize; HADAMARD_N];
         let mut right = [0.0f64; HADAMARD_N];
         for j in 0..HADAMARD_N {
@@ -78,7 +61,6 @@ impl HadamardQuant {
             left: h.left.map(|x| x as f64),
             perm,
             right,
-            pre: mid.map(|m| pre_threshold(m, s)),
             cb: *cb,
             mid: *mid,
             norm_floor,
@@ -91,17 +73,16 @@ impl HadamardQuant {
     #[inline(always)]
     pub(crate) fn batch(&self, x: &mut Batch, idx: &mut BatchIdx) -> [f64; LANES] {
         let norm = self.transform(x);
-        self.indices(x, idx);
         let s = self.refine(x, idx);
         std::array::from_fn(|l| norm[l] * s[l])
     }
 
-    /// §CQ4.7.3, per lane, from `x` = `h` and the §7.1 indices in `idx`:
-    /// for each scale candidate `g`, the indices of `rot / g` (thresholds
-    /// `m_i * g`) and their least-squares scale `num / den`; the candidate
-    /// with the largest `num * num / den` wins (the first on ties; none
-    /// with `num <= 0`: then the §7.1 indices and scale 1). Writes the
-    /// winner's indices and returns its scale.
+    /// §CQ4.7.3, per lane, from `x` = `h`: for each scale candidate `g`,
+    /// the indices of `rot / g` (thresholds `m_i * g`) and their
+    /// least-squares scale `num / den`; the candidate with the largest
+    /// `num * num / den` wins (the first on ties; none with `num <= 0`:
+    /// then the indices of `g = 1`, which are §7.1's since `m_i * 1 = m_i`,
+    /// and scale 1). Writes the winner's indices and returns its scale.
     #[inline(always)]
     pub(crate) fn refine(&self, x: &Batch, idx: &mut BatchIdx) -> [f64; LANES] {
         let s128 = sqrt128();
@@ -114,6 +95,7 @@ impl HadamardQuant {
         let mut best_score = [f64::NEG_INFINITY; LANES];
         let mut best_scale = [1.0f64; LANES];
         let mut cand: BatchIdx = [[0; LANES]; HADAMARD_N];
+        let mut plain: BatchIdx = [[0; LANES]; HADAMARD_N];
         for t in 0..SCALE_CANDIDATES {
             let g = scale_candidate(t);
             let thr = self.mid.map(|m| m * g);
@@ -131,6 +113,9 @@ impl HadamardQuant {
                     den[l] += c * c;
                 }
             }
+            if g == 1.0 {
+                plain = cand;
+            }
             for l in 0..LANES {
                 if num[l] > 0.0 {
                     let score = (num[l] * num[l]) / den[l];
@@ -141,6 +126,13 @@ impl HadamardQuant {
                             d[l] = c[l];
                         }
                     }
+                }
+            }
+        }
+        for l in 0..LANES {
+            if best_score[l] == f64::NEG_INFINITY {
+                for (d, c) in idx.iter_mut().zip(&plain) {
+                    d[l] = c[l];
                 }
             }
         }
@@ -179,43 +171,5 @@ impl HadamardQuant {
             h *= 2;
         }
         norm
-    }
-
-    /// `idx[j][l]` from `h` (portable).
-    #[inline(always)]
-    pub(crate) fn indices(&self, x: &Batch, idx: &mut BatchIdx) {
-        // index_j = #{i : m_i < (right[p] * h[p]) / SQRT128} = #{i : Y_i < right[p] * h[p]}.
-        for (j, (&p, &r)) in self.perm.iter().zip(&self.right).enumerate() {
-            let y = x[p].map(|v| r * v);
-            let mut cnt = [0u64; LANES];
-            for &t in &self.pre {
-                for l in 0..LANES {
-                    cnt[l] += (t < y[l]) as u64;
-                }
-            }
-            idx[j] = cnt.map(|c| c as u8);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pre_thresholds_are_exact() {
-        let s = sqrt128();
-        for m in [0.0, -0.0, 0.011, -0.2375697, 0.0827256, 1e-300, -1e-300] {
-            let y0 = pre_threshold(m, s);
-            assert!(y0 / s <= m && y0.next_up() / s > m, "{m}");
-            let mut y = y0;
-            for _ in 0..50 {
-                y = y.next_down();
-            }
-            for _ in 0..100 {
-                assert_eq!(m < y / s, y > y0, "m {m} y {y}");
-                y = y.next_up();
-            }
-        }
     }
 }

@@ -70,23 +70,6 @@ pub(super) fn hadamard_batch(q: &HadamardQuant, x: &mut Batch, idx: &mut BatchId
 #[target_feature(enable = "avx2")]
 fn hadamard_batch_avx2(q: &HadamardQuant, x: &mut Batch, idx: &mut BatchIdx) -> [f64; LANES] {
     let norm = q.transform(x);
-    // index_j = #{i : Y_i < right[p] * h[p]} per lane: 15 compares, the
-    // all-ones masks subtracted as integers.
-    for ((d, &p), &r) in idx.iter_mut().zip(&q.perm).zip(&q.right) {
-        // SAFETY: `x[p]` is a `[f64; 4]` (p < 128 indexes a 128-row batch):
-        // the 4-lane unaligned load reads exactly it.
-        let h = unsafe { _mm256_loadu_pd(x[p].as_ptr()) };
-        let y = _mm256_mul_pd(_mm256_set1_pd(r), h);
-        let mut cnt = _mm256_setzero_si256();
-        for &t in &q.pre {
-            let m = _mm256_cmp_pd::<_CMP_LT_OQ>(_mm256_set1_pd(t), y);
-            cnt = _mm256_sub_epi64(cnt, _mm256_castpd_si256(m));
-        }
-        let mut c = [0i64; LANES];
-        // SAFETY: `c` has 4 i64 = 32 bytes; unaligned store.
-        unsafe { _mm256_storeu_si256(c.as_mut_ptr().cast(), cnt) };
-        *d = c.map(|v| v as u8);
-    }
     let s = q.refine(x, idx);
     std::array::from_fn(|l| norm[l] * s[l])
 }
