@@ -29,9 +29,8 @@ pub(crate) struct HadamardQuant {
     /// For output column `j`: `perm[j]` and `right[perm[j]]`.
     pub(crate) perm: [usize; HADAMARD_N],
     pub(crate) right: [f64; HADAMARD_N],
-    /// The canonical codebook values and their midpoints (§CQ4.4).
-    cb: [f64; LEVELS],
-    mid: [f64; LEVELS - 1],
+    /// The norm search's thresholds and codebook values (§CQ4.4, §CQ4.7.3).
+    search: SearchTable,
     norm_floor: f64,
 }
 
@@ -42,6 +41,110 @@ pub const SCALE_CANDIDATES: usize = 9;
 /// `g_t` of [`SCALE_CANDIDATES`].
 pub fn scale_candidate(t: usize) -> f64 {
     (16 + t) as f64 / 20.0
+}
+
+/// Candidate slots of a [`SearchTable`] row: [`SCALE_CANDIDATES`] padded
+/// to a whole number of 4-lane vectors (the extra slots hold 0 and are never
+/// read back).
+const TW: usize = 12;
+const _: () = assert!(TW >= SCALE_CANDIDATES && TW.is_multiple_of(4));
+
+/// The candidate with `g = 1` (§7.1's thresholds).
+const PLAIN: usize = 4;
+const _: () = assert!(16 + PLAIN == 20);
+
+/// Thresholds of all candidates together.
+const ALL_THRESHOLDS: usize = SCALE_CANDIDATES * (LEVELS - 1);
+const _: () = assert!(ALL_THRESHOLDS < 256);
+
+/// Buckets of [`SearchTable::position`]'s starting points.
+const BUCKETS: usize = 4096;
+
+/// The norm search's lookup structure. `thr` holds the thresholds
+/// `m_i * g_t` of every candidate (the same f64 products the contract
+/// compares with), sorted. A value `r` has position
+/// `p = #{k : thr[k] < r}`, and for every candidate `t` its index
+/// `#{i : m_i * g_t < r}` is `idx[p][t]` (a threshold is below `r` exactly
+/// when it is one of the `p` smallest), its codebook value `cb[p][t]`.
+#[derive(Debug, Clone)]
+pub(crate) struct SearchTable {
+    thr: Vec<f64>,
+    idx: Vec<[u8; SCALE_CANDIDATES]>,
+    cb: Vec<[f64; TW]>,
+    /// `start[b] = #{k : thr[k] < lo_b - w}` for bucket `b = [lo_b, lo_b + w)`,
+    /// `lo_b = -range + b * w`: a lower bound of the position of every value
+    /// the bucket computation sends to `b` (it errs by far less than `w`).
+    start: Vec<u8>,
+    range: f64,
+    inv_w: f64,
+}
+
+impl SearchTable {
+    fn new(cb: &[f64; LEVELS], mid: &[f64; LEVELS - 1]) -> Self {
+        let per: Vec<[f64; LEVELS - 1]> = (0..SCALE_CANDIDATES)
+            .map(|t| {
+                let g = scale_candidate(t);
+                mid.map(|m| m * g)
+            })
+            .collect();
+        let mut thr: Vec<f64> = per.iter().flatten().copied().collect();
+        thr.sort_by(f64::total_cmp);
+        let idx: Vec<[u8; SCALE_CANDIDATES]> = (0..=thr.len())
+            .map(|p| {
+                std::array::from_fn(|t| match p {
+                    0 => 0,
+                    _ => per[t].iter().filter(|&&x| x <= thr[p - 1]).count() as u8,
+                })
+            })
+            .collect();
+        let cbt = idx
+            .iter()
+            .map(|row| {
+                let mut c = [0.0f64; TW];
+                for (d, &q) in c.iter_mut().zip(row) {
+                    *d = cb[q as usize];
+                }
+                c
+            })
+            .collect();
+        let range = 1.25 * thr.iter().fold(0.0f64, |a, x| a.max(x.abs()));
+        let w = 2.0 * range / BUCKETS as f64;
+        let start = (0..BUCKETS)
+            .map(|b| {
+                let lo = -range + b as f64 * w;
+                thr.partition_point(|&x| x < lo - w) as u8
+            })
+            .collect();
+        SearchTable {
+            thr,
+            idx,
+            cb: cbt,
+            start,
+            range,
+            inv_w: 1.0 / w,
+        }
+    }
+
+    /// `#{k : thr[k] < r}`: from the bucket's lower bound, a scan (about
+    /// one step: the thresholds are ~`BUCKETS / ALL_THRESHOLDS` buckets
+    /// apart). Exact for every `r`; values outside the buckets start from
+    /// the first or the last one.
+    #[inline(always)]
+    fn position(&self, r: f64) -> usize {
+        let t = (r + self.range) * self.inv_w;
+        let b = if t < 0.0 {
+            0
+        } else if t < BUCKETS as f64 {
+            t as usize
+        } else {
+            BUCKETS - 1
+        };
+        let mut k = self.start[b] as usize;
+        while k < self.thr.len() && self.thr[k] < r {
+            k += 1;
+        }
+        k
+    }
 }
 
 impl HadamardQuant {
@@ -61,8 +164,7 @@ impl HadamardQuant {
             left: h.left.map(|x| x as f64),
             perm,
             right,
-            cb: *cb,
-            mid: *mid,
+            search: SearchTable::new(cb, mid),
             norm_floor,
         }
     }
@@ -83,60 +185,49 @@ impl HadamardQuant {
     /// `num * num / den` wins (the first on ties; none with `num <= 0`:
     /// then the indices of `g = 1`, which are §7.1's since `m_i * 1 = m_i`,
     /// and scale 1). Writes the winner's indices and returns its scale.
+    ///
+    /// How (the values are the contract's): every candidate's index of a
+    /// value `r` is a function of `p = #{thresholds of all candidates < r}`
+    /// ([`SearchTable`]), so each value costs one position and one row of
+    /// codebook values; the candidates' `num` / `den` then advance side by
+    /// side (one vector over `t`), each still sequential in `j` with the
+    /// contract's roundings (`r * c` rounded, then added; `c * c` likewise).
     #[inline(always)]
     pub(crate) fn refine(&self, x: &Batch, idx: &mut BatchIdx) -> [f64; LANES] {
         let s128 = sqrt128();
-        let mut rot: Batch = [[0.0; LANES]; HADAMARD_N];
-        for (j, (&p, &r)) in self.perm.iter().zip(&self.right).enumerate() {
-            for l in 0..LANES {
-                rot[j][l] = (r * x[p][l]) / s128;
-            }
-        }
-        let mut best_score = [f64::NEG_INFINITY; LANES];
-        let mut best_scale = [1.0f64; LANES];
-        let mut cand: BatchIdx = [[0; LANES]; HADAMARD_N];
-        let mut plain: BatchIdx = [[0; LANES]; HADAMARD_N];
-        for t in 0..SCALE_CANDIDATES {
-            let g = scale_candidate(t);
-            let thr = self.mid.map(|m| m * g);
-            let mut num = [0.0f64; LANES];
-            let mut den = [0.0f64; LANES];
-            for (rj, cj) in rot.iter().zip(cand.iter_mut()) {
-                for l in 0..LANES {
-                    let mut q = 0u8;
-                    for &th in &thr {
-                        q += (th < rj[l]) as u8;
-                    }
-                    cj[l] = q;
-                    let c = self.cb[q as usize];
-                    num[l] += rj[l] * c;
-                    den[l] += c * c;
-                }
-            }
-            if g == 1.0 {
-                plain = cand;
-            }
-            for l in 0..LANES {
-                if num[l] > 0.0 {
-                    let score = (num[l] * num[l]) / den[l];
-                    if score > best_score[l] {
-                        best_score[l] = score;
-                        best_scale[l] = num[l] / den[l];
-                        for (d, c) in idx.iter_mut().zip(&cand) {
-                            d[l] = c[l];
-                        }
-                    }
-                }
-            }
-        }
+        let st = &self.search;
+        let mut scale = [1.0f64; LANES];
+        let mut pos = [0u8; HADAMARD_N];
         for l in 0..LANES {
-            if best_score[l] == f64::NEG_INFINITY {
-                for (d, c) in idx.iter_mut().zip(&plain) {
-                    d[l] = c[l];
+            let mut num = [0.0f64; TW];
+            let mut den = [0.0f64; TW];
+            for (j, (&p, &r)) in self.perm.iter().zip(&self.right).enumerate() {
+                let rj = (r * x[p][l]) / s128;
+                let k = st.position(rj);
+                pos[j] = k as u8;
+                let c = &st.cb[k];
+                for t in 0..TW {
+                    num[t] += rj * c[t];
+                    den[t] += c[t] * c[t];
                 }
             }
+            let mut best_score = f64::NEG_INFINITY;
+            let mut best = PLAIN;
+            for t in 0..SCALE_CANDIDATES {
+                if num[t] > 0.0 {
+                    let score = (num[t] * num[t]) / den[t];
+                    if score > best_score {
+                        best_score = score;
+                        best = t;
+                        scale[l] = num[t] / den[t];
+                    }
+                }
+            }
+            for (d, &k) in idx.iter_mut().zip(&pos) {
+                d[l] = st.idx[k as usize][best];
+            }
         }
-        best_scale
+        scale
     }
 
     /// The norms, and `x` replaced by `h = FWHT(left * uf)` per lane.
@@ -171,5 +262,39 @@ impl HadamardQuant {
             h *= 2;
         }
         norm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codebook::lloyd_max;
+
+    /// The table answers the contract's question (`#{i : m_i * g_t < r}`
+    /// for every candidate, by direct count) for values on, just beside,
+    /// between and far outside every threshold, and for a dense sweep.
+    #[test]
+    fn search_table_positions_give_each_candidates_index() {
+        let cb = lloyd_max(128).unwrap();
+        let st = SearchTable::new(&cb.values, &cb.midpoints);
+        let mut probes: Vec<f64> = vec![0.0, -0.0, 1.0, -1.0, 1e300, -1e300, f64::MIN_POSITIVE];
+        for &x in &st.thr {
+            probes.extend([x, x.next_up(), x.next_down(), 2.0 * x, x / 2.0]);
+        }
+        probes.extend((-40000..=40000).map(|i| i as f64 * 1e-5));
+        for r in probes {
+            let p = st.position(r);
+            assert_eq!(
+                p,
+                st.thr.iter().filter(|&&x| x < r).count(),
+                "position of {r:e}"
+            );
+            for t in 0..SCALE_CANDIDATES {
+                let g = scale_candidate(t);
+                let want = cb.midpoints.iter().filter(|&&m| m * g < r).count();
+                assert_eq!(st.idx[p][t] as usize, want, "candidate {t}, r = {r:e}");
+                assert_eq!(st.cb[p][t], cb.values[want]);
+            }
+        }
     }
 }
