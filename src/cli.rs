@@ -53,6 +53,33 @@ pub enum Command {
     ///
     ///   convert qdq out/ eval/ && llama-perplexity -m eval/model.gguf -f text.txt
     Qdq(QdqArgs),
+    /// Finish a conversion run as N `--shard I/N` tasks: check that every
+    /// shard's partial manifest (manifest.shard-I-of-N.json) is in OUTPUT,
+    /// exactly once, and that they agree (tool version, options, source,
+    /// plan), check every file's size and sha256, run the self-check of a
+    /// conversion on every file, then write manifest.json (byte-identical
+    /// to a single run's) and remove the partial manifests. A missing,
+    /// duplicated or mismatched shard exits 2 naming it, and no
+    /// manifest.json is written (docs/SCALE_OUT.md).
+    ///
+    ///   convert merge out/
+    Merge(MergeArgs),
+}
+
+/// `convert merge`.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The output folder the shards wrote.
+    pub output: PathBuf,
+    /// Skip the GEMV self-check (sizes and sha256 are always checked).
+    #[arg(long)]
+    pub no_verify: bool,
+    /// No summary on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Print a JSON summary on stdout when done.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `convert qdq`.
@@ -431,6 +458,32 @@ pub struct ConvertArgs {
     /// Worker threads (default: all cores). Output bytes never depend on it.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+
+    /// Convert only part of the model: shard I (0-based, 0..=N-1) of N.
+    /// Every shard computes the same plan from the source headers and the
+    /// same partition of the bundle's files into N parts of about equal
+    /// estimated CPU cost; each writes its files and a partial manifest
+    /// (manifest.shard-I-of-N.json) into OUTPUT, which N processes (on any
+    /// machines sharing OUTPUT) may write at once. `convert merge OUTPUT`
+    /// then writes manifest.json. Slurm: `--shard
+    /// $((SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN))/$SLURM_ARRAY_TASK_COUNT`;
+    /// Kubernetes Indexed Job: `--shard $JOB_COMPLETION_INDEX/N`.
+    #[arg(long, value_name = "I/N", value_parser = crate::shard::parse_spec, conflicts_with_all = ["force", "resume"])]
+    pub shard: Option<crate::shard::ShardSpec>,
+
+    /// Rerun into an existing bundle: every file whose tensor bytes (sha256
+    /// recorded in the manifest), options, plan and tool version are
+    /// unchanged, and whose bytes still have the recorded sha256, is kept
+    /// as it is; only the rest is converted. The result is byte-identical
+    /// to a fresh run. Implies --force.
+    #[arg(long)]
+    pub resume: bool,
+
+    /// Print the plan (and with --shard, the partition into N shards with
+    /// each one's estimated CPU time) from the source headers alone; write
+    /// nothing. With --json, as JSON on stdout.
+    #[arg(long)]
+    pub dry_run: bool,
 
     /// Replace the bundle an earlier run wrote into the output folder. The new
     /// bundle is built in a staging folder next to the output and swapped in

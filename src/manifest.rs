@@ -113,6 +113,10 @@ pub struct Entry {
     /// Source file the tensor stays in (layout "source").
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub source_file: Option<String>,
+    /// sha256 of the tensor's bytes as stored in the source (what
+    /// `--resume` compares).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub source_sha256: Option<String>,
     /// Layout details (group size, interleave, rotation family, ...).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub details: Option<serde_json::Value>,
@@ -160,6 +164,7 @@ impl Entry {
             bytes: written.map_or(t.n_bytes, |w| w.bytes),
             sha256: written.map(|w| w.sha256.clone()).unwrap_or_default(),
             source_file: None,
+            source_sha256: None,
             details,
             hf_name: None,
             transforms: Vec::new(),
