@@ -567,6 +567,13 @@ fn run_shard(
     Ok(())
 }
 
+/// This process's peak resident set (Linux: `VmHWM` of /proc/self/status).
+fn peak_rss_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// The position of plan extra file `i` among those shards write (engine
 /// manifests, which merge writes, not counted).
 fn extra_ordinal(plan: &Plan, i: usize) -> usize {
@@ -620,6 +627,7 @@ fn dry_run(
         "estimated_cpu_s": loads.iter().sum::<u64>() as f64 / 1e9,
         "shards": shards,
         "seconds": started.elapsed().as_secs_f64(),
+        "peak_rss_kib": peak_rss_kib(),
     });
     if args.json {
         println!(
