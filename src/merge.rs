@@ -139,17 +139,26 @@ fn merge(dir: &OutputDir, args: &MergeArgs) -> Result<(Manifest, Vec<String>, Ve
             *slot = Some(h.sha256.clone());
         }
     }
-    let missing_tensor = tensors.iter().position(Option::is_none);
-    let missing_extra = extras.iter().position(Option::is_none);
-    let missing_hash = hashes.iter().position(Option::is_none);
-    if missing_tensor.is_some() || missing_extra.is_some() || missing_hash.is_some() {
+    let missing: Vec<String> = (tensors.iter().enumerate())
+        .filter(|(_, t)| t.is_none())
+        .map(|(i, _)| format!("tensor {i}"))
+        .chain(
+            (extras.iter().enumerate())
+                .filter(|(_, x)| x.is_none())
+                .map(|(i, _)| format!("extra file {i}")),
+        )
+        .chain(
+            (hashes.iter().enumerate())
+                .filter(|(_, h)| h.is_none())
+                .map(|(i, _)| format!("the hash of source file {i}")),
+        )
+        .collect();
+    if !missing.is_empty() {
         return Err(bad_input(format!(
-            "{}: the shards together miss {} (tensor {:?}, extra file {:?}, source file {:?}): they are not one partition of the same plan; no manifest written",
+            "{}: no shard has {} ({} in all): the partial manifests are not one partition of the same plan; rerun the shards; no manifest written",
             out.display(),
-            "some items",
-            missing_tensor,
-            missing_extra,
-            missing_hash
+            missing[..missing.len().min(5)].join(", "),
+            missing.len()
         )));
     }
     let tensors: Vec<(Entry, usize)> = tensors.into_iter().flatten().collect();

@@ -282,7 +282,7 @@ impl OutputDir {
             .with_context(|| format!("cannot resolve output folder {}", out.display()))?;
         check_inputs(out, &out_c, inputs)?;
         let all: BTreeSet<&str> = all.iter().map(String::as_str).collect();
-        let mut listed: BTreeSet<String> = BTreeSet::new();
+        let mut partials = Vec::new();
         for e in std::fs::read_dir(out).with_context(|| format!("cannot list {}", out.display()))? {
             let e = e.with_context(|| format!("cannot list {}", out.display()))?;
             let name = e.file_name().to_string_lossy().into_owned();
@@ -293,11 +293,7 @@ impl OutputDir {
                 )));
             }
             if is_partial_name(&name) {
-                if let Ok(bytes) = model_sources::mmap::read_regular(&e.path(), 1 << 30) {
-                    if let Ok(m) = serde_json::from_slice::<crate::shard::ShardManifest>(&bytes) {
-                        listed.extend(m.file_names().map(str::to_string));
-                    }
-                }
+                partials.push(e.path());
                 continue;
             }
             if !all.contains(name.as_str()) {
@@ -307,8 +303,24 @@ impl OutputDir {
                 )));
             }
         }
-        for name in mine {
-            if std::fs::symlink_metadata(out.join(name)).is_ok() && !listed.contains(name) {
+        let present: Vec<&String> = mine
+            .iter()
+            .filter(|n| std::fs::symlink_metadata(out.join(n)).is_ok())
+            .collect();
+        // Only when some of this shard's files are there already (a rerun)
+        // are the partial manifests read: which shard wrote them?
+        let mut listed: BTreeSet<String> = BTreeSet::new();
+        if !present.is_empty() {
+            for p in &partials {
+                if let Ok(bytes) = model_sources::mmap::read_regular(p, 1 << 30) {
+                    if let Ok(m) = serde_json::from_slice::<crate::shard::ShardManifest>(&bytes) {
+                        listed.extend(m.file_names().map(str::to_string));
+                    }
+                }
+            }
+        }
+        for name in present {
+            if !listed.contains(name) {
                 return Err(bad_input(format!(
                     "output folder {} already holds {name}, which no shard manifest lists: shard {spec} would replace it; move it away or choose another folder",
                     out.display()
