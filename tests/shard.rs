@@ -109,9 +109,9 @@ fn shards_run_at_once_into_one_folder() {
     assert!(folder_contents(&out) == want, "concurrent shards differ");
 }
 
-/// The partition is balanced by cost: with 2 shards of the --bits 4 model
-/// (whose orthogonal embedding and lm_head cost far more than the rest),
-/// neither shard's estimate exceeds 4/3 of the best possible.
+/// The partition is balanced by estimated cost: 3 shards of the --bits 4
+/// model each get a third of the estimate, within 5 %, and together every
+/// tensor and file.
 #[test]
 fn dry_run_shows_a_cost_balanced_partition() {
     let tmp = tempfile::tempdir().unwrap();
@@ -133,11 +133,8 @@ fn dry_run_shows_a_cost_balanced_partition() {
     let total = j["estimated_cpu_s"].as_f64().unwrap();
     assert!((loads.iter().sum::<f64>() - total).abs() < 1e-9 * total.max(1.0));
     let max = loads.iter().cloned().fold(0.0, f64::max);
-    assert!(
-        max <= total / 3.0 * 4.0 / 3.0 + 1e-12
-            || loads.iter().any(|&l| l == max && l > total / 2.0),
-        "{loads:?}"
-    );
+    // Many small items: LPT evens the estimates out to a few percent.
+    assert!(max < total / 3.0 * 1.05, "{loads:?}");
     let tensors: u64 = shards.iter().map(|s| s["tensors"].as_u64().unwrap()).sum();
     assert_eq!(tensors, j["tensors"].as_u64().unwrap());
     let files: u64 = shards.iter().map(|s| s["files"].as_u64().unwrap()).sum();
