@@ -73,7 +73,7 @@ fn write_model(dir: &Path) -> (u64, u64) {
             map.insert(name.clone(), serde_json::json!(file));
         }
         let mut text = serde_json::to_vec(&header).unwrap();
-        while text.len() % 8 != 0 {
+        while !text.len().is_multiple_of(8) {
             text.push(b' ');
         }
         let mut f = std::fs::File::create(dir.join(&file)).unwrap();
