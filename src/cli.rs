@@ -193,6 +193,30 @@ fn parse_u64(s: &str) -> Result<u64, String> {
     r.map_err(|e| format!("{s:?} is not a u64 (decimal or 0x hex): {e}"))
 }
 
+/// Parse `I/N` (clap value parser): 0 <= I < N <= [`MAX_SHARDS`].
+pub fn parse_spec(s: &str) -> Result<crate::manifest::ShardSpec, String> {
+    use crate::manifest::{ShardSpec, MAX_SHARDS};
+    let (i, n) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?}: expected I/N, e.g. 0/4 (I is 0-based)"))?;
+    let num = |v: &str, what: &str| {
+        v.trim()
+            .parse::<usize>()
+            .map_err(|_| format!("{s:?}: {what} {v:?} is not a non-negative integer"))
+    };
+    let (index, count) = (num(i, "I")?, num(n, "N")?);
+    if count == 0 || count > MAX_SHARDS {
+        return Err(format!("{s:?}: N must be in 1..={MAX_SHARDS}"));
+    }
+    if index >= count {
+        return Err(format!(
+            "{s:?}: I is 0-based and must be below N (0..={}); for a 1-based index use I-1 (Slurm: $((SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN)))",
+            count - 1
+        ));
+    }
+    Ok(ShardSpec { index, count })
+}
+
 /// `--isa` of `verify`.
 #[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -468,8 +492,8 @@ pub struct ConvertArgs {
     /// then writes manifest.json. Slurm: `--shard
     /// $((SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN))/$SLURM_ARRAY_TASK_COUNT`;
     /// Kubernetes Indexed Job: `--shard $JOB_COMPLETION_INDEX/N`.
-    #[arg(long, value_name = "I/N", value_parser = crate::shard::parse_spec, conflicts_with_all = ["force", "resume"])]
-    pub shard: Option<crate::shard::ShardSpec>,
+    #[arg(long, value_name = "I/N", value_parser = parse_spec, conflicts_with_all = ["force", "resume"])]
+    pub shard: Option<crate::manifest::ShardSpec>,
 
     /// Rerun into an existing bundle: every file whose tensor bytes (sha256
     /// recorded in the manifest), options, plan and tool version are

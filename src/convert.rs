@@ -11,7 +11,9 @@ use rayon::prelude::*;
 
 use crate::cli::ConvertArgs;
 use crate::extra::ExtraContent;
-use crate::manifest::{self, Entry, ExtraFile, Manifest, SkippedFile, Source, SourceFile, Tool};
+use crate::manifest::{
+    self, source_name, Entry, ExtraFile, Manifest, SkippedFile, Source, SourceFile, Tool,
+};
 use crate::options::Options;
 use crate::outdir::{self, OutputDir};
 use crate::plan::{self, Action, Plan};
@@ -178,22 +180,6 @@ fn progress(total: u64, quiet: bool) -> ProgressBar {
         .progress_chars("=> "),
     );
     pb
-}
-
-/// A source file's name in the manifest: relative to the model folder,
-/// or the file's own name.
-pub fn source_name(cat: &Catalogue, path: &Path) -> String {
-    match cat.kind {
-        SourceKind::HfFolder => path
-            .strip_prefix(&cat.root)
-            .unwrap_or(path)
-            .to_string_lossy()
-            .into_owned(),
-        _ => path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-    }
 }
 
 /// The work one process does: indices of planned tensors, plan extra files

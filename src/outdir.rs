@@ -264,7 +264,7 @@ impl OutputDir {
     pub fn prepare_shard(
         out: &Path,
         inputs: &[PathBuf],
-        spec: crate::shard::ShardSpec,
+        spec: crate::manifest::ShardSpec,
         mine: &[String],
         all: &[String],
     ) -> Result<Self> {
@@ -313,7 +313,8 @@ impl OutputDir {
         if !present.is_empty() {
             for p in &partials {
                 if let Ok(bytes) = model_sources::mmap::read_regular(p, 1 << 30) {
-                    if let Ok(m) = serde_json::from_slice::<crate::shard::ShardManifest>(&bytes) {
+                    if let Ok(m) = serde_json::from_slice::<crate::manifest::ShardManifest>(&bytes)
+                    {
                         listed.extend(m.file_names().map(str::to_string));
                     }
                 }
@@ -578,7 +579,7 @@ fn check_inputs(out: &Path, out_c: &Path, inputs: &[PathBuf]) -> Result<()> {
 
 /// A partial manifest's name (`manifest.shard-*.json`).
 pub fn is_partial_name(name: &str) -> bool {
-    name.starts_with(crate::shard::PARTIAL_PREFIX) && name.ends_with(".json")
+    name.starts_with(crate::manifest::PARTIAL_PREFIX) && name.ends_with(".json")
 }
 
 /// A shared `flock` on the folder (shards of one conversion).

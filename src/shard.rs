@@ -10,70 +10,18 @@
 //! longest-processing-time, ties by name) and a fingerprint of all of it
 //! (`plan_sha256`) that merge compares across shards.
 
-use std::fmt;
-
 use model_sources::Catalogue;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::extra::ExtraContent;
-use crate::manifest::{Entry, ExtraFile, SkippedFile, Source, Tool};
+use crate::manifest::{source_name, Tool};
+pub use crate::manifest::{
+    IndexedEntry, IndexedExtra, ShardManifest, ShardSpec, SourceHash, Totals,
+    SHARD_FORMAT as FORMAT, SHARD_FORMAT_VERSION as FORMAT_VERSION,
+};
 use crate::options::Options;
 use crate::plan::{self, Action, Plan};
-
-/// Value of a partial manifest's `format` field.
-pub const FORMAT: &str = "convert-bundle-shard";
-/// Bumped on incompatible partial-manifest changes.
-pub const FORMAT_VERSION: u32 = 1;
-/// Largest N of `--shard I/N`.
-pub const MAX_SHARDS: usize = 100_000;
-/// Prefix of every partial manifest's file name.
-pub const PARTIAL_PREFIX: &str = "manifest.shard-";
-
-/// `--shard I/N`: shard `index` (0-based) of `count`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShardSpec {
-    /// 0-based: 0 ..= count - 1.
-    pub index: usize,
-    /// Number of shards.
-    pub count: usize,
-}
-
-impl fmt::Display for ShardSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.index, self.count)
-    }
-}
-
-/// Parse `I/N` (clap value parser): 0 <= I < N <= [`MAX_SHARDS`].
-pub fn parse_spec(s: &str) -> Result<ShardSpec, String> {
-    let (i, n) = s
-        .split_once('/')
-        .ok_or_else(|| format!("{s:?}: expected I/N, e.g. 0/4 (I is 0-based)"))?;
-    let num = |v: &str, what: &str| {
-        v.trim()
-            .parse::<usize>()
-            .map_err(|_| format!("{s:?}: {what} {v:?} is not a non-negative integer"))
-    };
-    let (index, count) = (num(i, "I")?, num(n, "N")?);
-    if count == 0 || count > MAX_SHARDS {
-        return Err(format!("{s:?}: N must be in 1..={MAX_SHARDS}"));
-    }
-    if index >= count {
-        return Err(format!(
-            "{s:?}: I is 0-based and must be below N (0..={}); for a 1-based index use I-1 (Slurm: $((SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN)))",
-            count - 1
-        ));
-    }
-    Ok(ShardSpec { index, count })
-}
-
-impl ShardSpec {
-    /// `manifest.shard-I-of-N.json`.
-    pub fn manifest_name(self) -> String {
-        format!("{PARTIAL_PREFIX}{}-of-{}.json", self.index, self.count)
-    }
-}
 
 /// What a work item is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -154,7 +102,6 @@ pub fn job_cost(job: &plan::Job) -> u64 {
 /// Every work item of a conversion, in a fixed order (tensors, extra
 /// files, source hashes).
 pub fn items(cat: &Catalogue, plan: &Plan) -> Vec<Item> {
-    use crate::convert::source_name;
     let mut v: Vec<Item> = plan
         .jobs
         .iter()
@@ -247,7 +194,7 @@ pub fn plan_sha256(cat: &Catalogue, plan: &Plan, opts: &Options, items: &[Item])
     put(&tool.version);
     put(&opts.to_json().to_string());
     for f in &cat.files {
-        let name = crate::convert::source_name(cat, f.path());
+        let name = source_name(cat, f.path());
         put(&format!("file {name} {}", f.len()));
     }
     for (t, j) in cat.tensors.iter().zip(&plan.jobs) {
@@ -280,101 +227,6 @@ pub fn plan_sha256(cat: &Catalogue, plan: &Plan, opts: &Options, items: &[Item])
     crate::outdir::hex(&h.finalize())
 }
 
-/// How many of each item the whole bundle has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Totals {
-    /// Manifest tensor entries.
-    pub tensors: usize,
-    /// Plan extra files (engine manifests excluded).
-    pub extra_files: usize,
-    /// Source files.
-    pub source_files: usize,
-}
-
-/// A tensor entry and its index in the manifest.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct IndexedEntry {
-    /// Position in the manifest's `tensors`.
-    pub index: usize,
-    /// The entry.
-    #[serde(flatten)]
-    pub entry: Entry,
-}
-
-/// An extra file and its index in the plan.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct IndexedExtra {
-    /// Position in the plan's extra files.
-    pub index: usize,
-    /// The file.
-    #[serde(flatten)]
-    pub file: ExtraFile,
-}
-
-/// The sha256 of source file `index`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SourceHash {
-    /// Position in the manifest's `source.files`.
-    pub index: usize,
-    /// Lower-case hex sha256 of the whole file.
-    pub sha256: String,
-}
-
-/// `manifest.shard-I-of-N.json` (`docs/FORMAT.md` §partial manifests).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ShardManifest {
-    /// Always [`FORMAT`].
-    pub format: String,
-    /// [`FORMAT_VERSION`].
-    pub format_version: u32,
-    /// Which shard.
-    pub shard: ShardSpec,
-    /// [`plan_sha256`].
-    pub plan_sha256: String,
-    /// The tool that wrote it.
-    pub tool: Tool,
-    /// The source; `files[i].sha256` is empty unless this shard hashed it.
-    pub source: Source,
-    /// The options, as in the final manifest.
-    pub options: serde_json::Value,
-    /// The final manifest's `skipped_files`.
-    #[serde(default)]
-    pub skipped_files: Vec<SkippedFile>,
-    /// Sizes of the lists of the whole bundle.
-    pub totals: Totals,
-    /// Engine layout: the model type the engine manifests are made for
-    /// (merge writes them from every shard's entries).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub engine_model_type: Option<String>,
-    /// This shard's estimated cost (CPU ns) and the whole bundle's.
-    pub estimated_cpu_ns: u64,
-    /// The whole bundle's estimated cost (CPU ns).
-    pub estimated_total_cpu_ns: u64,
-    /// The tensor entries this shard made.
-    pub tensors: Vec<IndexedEntry>,
-    /// The extra files this shard wrote.
-    pub extra_files: Vec<IndexedExtra>,
-    /// The source files this shard hashed.
-    pub source_hashes: Vec<SourceHash>,
-}
-
-impl ShardManifest {
-    /// Pretty JSON with a trailing newline.
-    pub fn to_json(&self) -> String {
-        let mut s = serde_json::to_string_pretty(self).expect("shard manifest serializes");
-        s.push('\n');
-        s
-    }
-
-    /// Every file this shard wrote (tensor files and extra files).
-    pub fn file_names(&self) -> impl Iterator<Item = &str> + '_ {
-        self.tensors
-            .iter()
-            .filter_map(|e| e.entry.file.as_deref())
-            .chain(self.extra_files.iter().map(|x| x.file.file.as_str()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,6 +242,7 @@ mod tests {
 
     #[test]
     fn spec_parsing() {
+        use crate::cli::parse_spec;
         assert_eq!(parse_spec("0/1"), Ok(ShardSpec { index: 0, count: 1 }));
         assert_eq!(parse_spec("6/7"), Ok(ShardSpec { index: 6, count: 7 }));
         for bad in ["", "1", "7/7", "1/0", "-1/3", "a/3", "1/b", "0/100001"] {
