@@ -53,6 +53,33 @@ pub enum Command {
     ///
     ///   convert qdq out/ eval/ && llama-perplexity -m eval/model.gguf -f text.txt
     Qdq(QdqArgs),
+    /// Finish a conversion run as N `--shard I/N` tasks: check that every
+    /// shard's partial manifest (manifest.shard-I-of-N.json) is in OUTPUT,
+    /// exactly once, and that they agree (tool version, options, source,
+    /// plan), check every file's size and sha256, run the self-check of a
+    /// conversion on every file, then write manifest.json (byte-identical
+    /// to a single run's) and remove the partial manifests. A missing,
+    /// duplicated or mismatched shard exits 2 naming it, and no
+    /// manifest.json is written (docs/SCALE_OUT.md).
+    ///
+    ///   convert merge out/
+    Merge(MergeArgs),
+}
+
+/// `convert merge`.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The output folder the shards wrote.
+    pub output: PathBuf,
+    /// Skip the GEMV self-check (sizes and sha256 are always checked).
+    #[arg(long)]
+    pub no_verify: bool,
+    /// No summary on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Print a JSON summary on stdout when done.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `convert qdq`.
@@ -164,6 +191,30 @@ fn parse_u64(s: &str) -> Result<u64, String> {
         None => t.parse(),
     };
     r.map_err(|e| format!("{s:?} is not a u64 (decimal or 0x hex): {e}"))
+}
+
+/// Parse `I/N` (clap value parser): 0 <= I < N <= [`MAX_SHARDS`].
+pub fn parse_spec(s: &str) -> Result<crate::manifest::ShardSpec, String> {
+    use crate::manifest::{ShardSpec, MAX_SHARDS};
+    let (i, n) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?}: expected I/N, e.g. 0/4 (I is 0-based)"))?;
+    let num = |v: &str, what: &str| {
+        v.trim()
+            .parse::<usize>()
+            .map_err(|_| format!("{s:?}: {what} {v:?} is not a non-negative integer"))
+    };
+    let (index, count) = (num(i, "I")?, num(n, "N")?);
+    if count == 0 || count > MAX_SHARDS {
+        return Err(format!("{s:?}: N must be in 1..={MAX_SHARDS}"));
+    }
+    if index >= count {
+        return Err(format!(
+            "{s:?}: I is 0-based and must be below N (0..={}); for a 1-based index use I-1 (Slurm: $((SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN)))",
+            count - 1
+        ));
+    }
+    Ok(ShardSpec { index, count })
 }
 
 /// `--isa` of `verify`.
@@ -431,6 +482,32 @@ pub struct ConvertArgs {
     /// Worker threads (default: all cores). Output bytes never depend on it.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+
+    /// Convert only part of the model: shard I (0-based, 0..=N-1) of N.
+    /// Every shard computes the same plan from the source headers and the
+    /// same partition of the bundle's files into N parts of about equal
+    /// estimated CPU cost; each writes its files and a partial manifest
+    /// (manifest.shard-I-of-N.json) into OUTPUT, which N processes (on any
+    /// machines sharing OUTPUT) may write at once. `convert merge OUTPUT`
+    /// then writes manifest.json. Slurm: `--shard
+    /// $((SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN))/$SLURM_ARRAY_TASK_COUNT`;
+    /// Kubernetes Indexed Job: `--shard $JOB_COMPLETION_INDEX/N`.
+    #[arg(long, value_name = "I/N", value_parser = parse_spec, conflicts_with_all = ["force", "resume"])]
+    pub shard: Option<crate::manifest::ShardSpec>,
+
+    /// Rerun into an existing bundle: every file whose tensor bytes (sha256
+    /// recorded in the manifest), options, plan and tool version are
+    /// unchanged, and whose bytes still have the recorded sha256, is kept
+    /// as it is; only the rest is converted. The result is byte-identical
+    /// to a fresh run. Implies --force.
+    #[arg(long)]
+    pub resume: bool,
+
+    /// Print the plan (and with --shard, the partition into N shards with
+    /// each one's estimated CPU time) from the source headers alone; write
+    /// nothing. With --json, as JSON on stdout.
+    #[arg(long)]
+    pub dry_run: bool,
 
     /// Replace the bundle an earlier run wrote into the output folder. The new
     /// bundle is built in a staging folder next to the output and swapped in

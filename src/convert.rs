@@ -11,10 +11,13 @@ use rayon::prelude::*;
 
 use crate::cli::ConvertArgs;
 use crate::extra::ExtraContent;
-use crate::manifest::{self, Entry, ExtraFile, Manifest, SkippedFile, Source, SourceFile, Tool};
+use crate::manifest::{
+    self, source_name, Entry, ExtraFile, Manifest, SkippedFile, Source, SourceFile, Tool,
+};
 use crate::options::Options;
 use crate::outdir::{self, OutputDir};
 use crate::plan::{self, Action, Plan};
+use crate::shard;
 use crate::writers;
 
 /// `convert INPUT OUTPUT`.
@@ -28,16 +31,37 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
 
     let cat = Catalogue::open(input)?;
     let plan = plan::plan(&cat, &opts)?;
+    if args.dry_run {
+        return dry_run(args, &cat, &plan, &opts, out, started);
+    }
     if !args.quiet {
         eprint!("{}", plan::describe(&cat, &plan, &opts, out));
     }
     let mut inputs: Vec<PathBuf> = cat.files.iter().map(|f| f.path().to_path_buf()).collect();
     inputs.extend(cat.aux_files.iter().cloned());
     inputs.extend(opts.imatrix.iter().map(|m| m.path.clone()));
-    let dir = OutputDir::prepare(out, &inputs, args.force, &plan.file_names())?;
+    if let Some(spec) = args.shard {
+        return run_shard(args, &cat, &plan, &opts, &pool, spec, &inputs, started);
+    }
+    let dir = OutputDir::prepare(out, &inputs, args.force || args.resume, &plan.file_names())?;
+    let resume = if args.resume {
+        Resume::load(out, &opts, &cat, &plan)?
+    } else {
+        None
+    };
 
-    let result = pool.install(|| -> Result<Manifest> {
-        let manifest = write_bundle(&cat, &plan, &opts, &dir, args.quiet)?;
+    let result = pool.install(|| -> Result<(Manifest, usize)> {
+        let portion = Portion::all(&cat, &plan);
+        let done = write_portion(&cat, &plan, &dir, &portion, resume.as_ref(), args.quiet, &opts)?;
+        let reused = done.reused;
+        let files = done.source_files(&cat);
+        let entries = done.entries.into_iter().map(|(_, e)| e).collect();
+        let extras = done.extras.into_iter().map(|(_, x)| x).collect();
+        let header = manifest_of(&cat, &opts, files, Vec::new(), Vec::new());
+        let manifest = assemble(header, entries, extras, engine_model_type(&cat, &plan), |n, b| {
+            dir.write_small(n, b)
+        })?;
+        dir.write_small(outdir::MANIFEST, manifest.to_json().as_bytes())?;
         if !args.no_verify {
             let (files, isa) = crate::verify::check_written_bundle(dir.staging(), args.quiet)?;
             if !args.quiet && !args.json {
@@ -46,9 +70,9 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
                 );
             }
         }
-        Ok(manifest)
+        Ok((manifest, reused))
     });
-    let manifest = match result {
+    let (manifest, reused) = match result {
         Ok(m) => m,
         Err(e) => {
             dir.abort();
@@ -56,11 +80,58 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
         }
     };
     dir.commit(&manifest)?;
-    report(args, out, &manifest, started);
+    report(args, out, &manifest, reused, started);
     Ok(())
 }
 
-fn report(args: &ConvertArgs, out: &Path, manifest: &Manifest, started: Instant) {
+/// The model type the engine manifests are made for, when the plan has
+/// them.
+fn engine_model_type(cat: &Catalogue, plan: &Plan) -> Option<String> {
+    plan.extra
+        .iter()
+        .any(|x| matches!(x.content, ExtraContent::EngineManifest))
+        .then(|| crate::engine::model_type(cat))
+}
+
+/// The final manifest from its header (`tensors` and `extra_files` empty)
+/// and every tensor entry and extra file in order: entries of tensors that
+/// stay in the source get their file's sha256, then the engine manifests
+/// (written through `write`) follow the extra files. A single run and
+/// `convert merge` both end here, so their manifests are the same bytes.
+pub fn assemble(
+    mut header: Manifest,
+    mut entries: Vec<Entry>,
+    mut extra: Vec<ExtraFile>,
+    engine_model_type: Option<String>,
+    mut write: impl FnMut(&str, &[u8]) -> Result<outdir::Written>,
+) -> Result<Manifest> {
+    for e in entries.iter_mut().filter(|e| e.layout == "source") {
+        if let Some(f) = header
+            .source
+            .files
+            .iter()
+            .find(|f| Some(&f.name) == e.source_file.as_ref())
+        {
+            e.sha256 = f.sha256.clone();
+        }
+    }
+    if let Some(model_type) = engine_model_type {
+        for (name, bytes) in crate::engine::manifests(&model_type, &entries) {
+            let w = write(name, &bytes)?;
+            extra.push(ExtraFile {
+                file: name.into(),
+                what: "engine manifest".into(),
+                bytes: w.bytes,
+                sha256: w.sha256,
+            });
+        }
+    }
+    header.tensors = entries;
+    header.extra_files = extra;
+    Ok(header)
+}
+
+fn report(args: &ConvertArgs, out: &Path, manifest: &Manifest, reused: usize, started: Instant) {
     let files = manifest.file_names().count();
     if args.json {
         let total: u64 = manifest
@@ -74,6 +145,7 @@ fn report(args: &ConvertArgs, out: &Path, manifest: &Manifest, started: Instant)
             "tensors": manifest.tensors.len(),
             "files": files,
             "tensor_bytes": total,
+            "reused_files": reused,
             "seconds": started.elapsed().as_secs_f64(),
         });
         println!(
@@ -110,87 +182,462 @@ fn progress(total: u64, quiet: bool) -> ProgressBar {
     pb
 }
 
-fn source_name(cat: &Catalogue, path: &Path) -> String {
-    match cat.kind {
-        SourceKind::HfFolder => path
-            .strip_prefix(&cat.root)
-            .unwrap_or(path)
-            .to_string_lossy()
-            .into_owned(),
-        _ => path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+/// The work one process does: indices of planned tensors, plan extra files
+/// (engine manifests excluded) and source files to hash.
+#[derive(Debug, Default)]
+pub struct Portion {
+    jobs: Vec<usize>,
+    extras: Vec<usize>,
+    sources: Vec<usize>,
+}
+
+impl Portion {
+    /// Everything (a single run).
+    fn all(cat: &Catalogue, plan: &Plan) -> Portion {
+        Portion {
+            jobs: (0..plan.jobs.len()).collect(),
+            extras: (0..plan.extra.len())
+                .filter(|&i| !matches!(plan.extra[i].content, ExtraContent::EngineManifest))
+                .collect(),
+            sources: (0..cat.files.len()).collect(),
+        }
+    }
+
+    /// The items `partition` gives to shard `index`.
+    fn of_shard(items: &[shard::Item], part: &[usize], index: usize) -> Portion {
+        let mut p = Portion::default();
+        for (it, _) in items.iter().zip(part).filter(|(_, &s)| s == index) {
+            match it.kind {
+                shard::ItemKind::Tensor => p.jobs.push(it.index),
+                shard::ItemKind::Extra => p.extras.push(it.index),
+                shard::ItemKind::SourceHash => p.sources.push(it.index),
+            }
+        }
+        p.jobs.sort_unstable();
+        p.extras.sort_unstable();
+        p.sources.sort_unstable();
+        p
+    }
+
+    /// The bundle files this portion writes.
+    fn file_names(&self, plan: &Plan) -> Vec<String> {
+        self.jobs
+            .iter()
+            .map(|&i| &plan.jobs[i])
+            .filter(|j| j.action.writes_file())
+            .map(|j| j.file.clone())
+            .chain(self.extras.iter().map(|&i| plan.extra[i].name.clone()))
+            .collect()
     }
 }
 
-/// Every file of the bundle into the staging folder; returns the manifest
-/// (also written).
-fn write_bundle(
+/// What [`write_portion`] made, each with its index.
+#[derive(Debug, Default)]
+struct Done {
+    entries: Vec<(usize, Entry)>,
+    extras: Vec<(usize, ExtraFile)>,
+    sources: Vec<(usize, String)>,
+    /// Files `--resume` kept.
+    reused: usize,
+}
+
+impl Done {
+    /// `source.files` of the manifest: every source file, with the
+    /// sha256 of those this portion hashed (empty for the others).
+    fn source_files(&self, cat: &Catalogue) -> Vec<SourceFile> {
+        cat.files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| SourceFile {
+                name: source_name(cat, f.path()),
+                bytes: f.len(),
+                sha256: self
+                    .sources
+                    .iter()
+                    .find(|(j, _)| *j == i)
+                    .map(|(_, h)| h.clone())
+                    .unwrap_or_default(),
+            })
+            .collect()
+    }
+}
+
+/// Write a portion of the bundle into the staging folder.
+fn write_portion(
     cat: &Catalogue,
     plan: &Plan,
-    opts: &Options,
     dir: &OutputDir,
+    portion: &Portion,
+    resume: Option<&Resume>,
     quiet: bool,
-) -> Result<Manifest> {
-    let pb = progress(cat.total_bytes(), quiet);
+    opts: &Options,
+) -> Result<Done> {
+    let total: u64 = portion
+        .jobs
+        .iter()
+        .map(|&i| plan.jobs[i].tensor.n_bytes)
+        .sum();
+    let pb = progress(total, quiet);
     let ctx = writers::Ctx {
         cat,
         opts,
         out: dir,
     };
     // Hash the sources while the jobs run (hashing a multi-GB source alone
-    // would otherwise be a serial phase); entries of tensors that stay in
-    // the source get its hash afterwards.
-    let hash_sources = || -> Vec<SourceFile> {
-        cat.files
+    // would otherwise be a serial phase).
+    let hash_sources = || -> Vec<(usize, String)> {
+        portion
+            .sources
             .par_iter()
-            .map(|f| SourceFile {
-                name: source_name(cat, f.path()),
-                bytes: f.len(),
-                sha256: outdir::sha256(f.bytes()),
+            .map(|&i| (i, outdir::sha256(cat.files[i].bytes())))
+            .collect()
+    };
+    let run_jobs = || -> Result<Vec<(usize, Entry, bool)>> {
+        portion
+            .jobs
+            .par_iter()
+            .map(|&i| {
+                let job = &plan.jobs[i];
+                let t = job.tensor;
+                let src = outdir::sha256(cat.data(t));
+                let kept = match resume {
+                    Some(r) => r.keep(i, job, &src, dir)?,
+                    None => None,
+                };
+                let reused = kept.is_some();
+                let mut entry = match kept {
+                    Some(e) => e,
+                    None => {
+                        let mut e = writers::run(&ctx, job)?;
+                        e.source_sha256 = Some(src);
+                        if matches!(job.action, Action::Source(_)) {
+                            e.source_file = Some(source_name(cat, cat.file_of(t)));
+                        }
+                        e
+                    }
+                };
+                if matches!(job.action, Action::Source(_)) {
+                    // Filled from the source file's hash by `assemble`.
+                    entry.sha256 = String::new();
+                }
+                pb.inc(t.n_bytes);
+                Ok((i, entry, reused))
             })
             .collect()
     };
-    let run_jobs = || -> Result<Vec<Entry>> {
-        plan.jobs
-            .par_iter()
-            .map(|job| {
-                let entry = writers::run(&ctx, job)?;
-                pb.inc(job.tensor.n_bytes);
-                Ok(entry)
-            })
-            .collect()
-    };
-    let (source_files, entries) = rayon::join(hash_sources, run_jobs);
-    let mut entries = entries?;
-    for (e, job) in entries.iter_mut().zip(&plan.jobs) {
-        if matches!(job.action, Action::Source(_)) {
-            let f = &source_files[job.tensor.file];
-            e.sha256 = f.sha256.clone();
-            e.source_file = Some(f.name.clone());
-        }
-    }
+    let (sources, entries) = rayon::join(hash_sources, run_jobs);
+    let entries = entries?;
     pb.finish_and_clear();
-    let mut extra = write_extra_files(cat, plan, dir)?;
-    if plan
-        .extra
-        .iter()
-        .any(|x| matches!(x.content, ExtraContent::EngineManifest))
-    {
-        for (name, bytes) in crate::engine::manifests(cat, &entries) {
-            let w = dir.write_small(name, &bytes)?;
-            extra.push(ExtraFile {
-                file: name.into(),
-                what: "engine manifest".into(),
-                bytes: w.bytes,
-                sha256: w.sha256,
-            });
+    let reused = entries.iter().filter(|e| e.2).count();
+    let extras = write_extra_files(cat, plan, dir, &portion.extras)?;
+    Ok(Done {
+        entries: entries.into_iter().map(|(i, e, _)| (i, e)).collect(),
+        extras,
+        sources,
+        reused,
+    })
+}
+
+/// `--resume`: the previous bundle in the output folder and the rule for
+/// keeping its files (`docs/FORMAT.md` §manifest, "Resume").
+pub struct Resume {
+    old: Manifest,
+}
+
+impl Resume {
+    /// The bundle in `out` when it was written by this tool version with
+    /// the same options from a source of the same kind and the same
+    /// auxiliary files; `None` (everything is converted) otherwise.
+    fn load(out: &Path, opts: &Options, cat: &Catalogue, plan: &Plan) -> Result<Option<Resume>> {
+        if std::fs::symlink_metadata(out.join(outdir::MANIFEST)).is_err() {
+            return Ok(None);
+        }
+        let old = Manifest::read(out)?;
+        let this = Tool::this();
+        let same = old.format_version == manifest::FORMAT_VERSION
+            && old.tool.name == this.name
+            && old.tool.version == this.version
+            && old.options == opts.to_json()
+            && old.source.architecture == cat.architecture
+            && old.source.tied_embeddings == cat.tied_embeddings;
+        if !same {
+            return Ok(None);
+        }
+        // The non-tensor files (config, tokenizer, GGUF metadata) shape the
+        // plan (engine names, transforms, head counts): a change to one of
+        // them converts everything.
+        for x in &plan.extra {
+            let bytes = match &x.content {
+                ExtraContent::GgufMetadata => gguf_metadata_json(cat)?.into_bytes(),
+                ExtraContent::Copy(p) => {
+                    model_sources::mmap::read_regular(p, model_sources::catalogue::MAX_AUX_BYTES)?
+                }
+                ExtraContent::Bytes(b) => b.clone(),
+                ExtraContent::EngineManifest => continue,
+            };
+            let h = outdir::sha256(&bytes);
+            if !old
+                .extra_files
+                .iter()
+                .any(|o| o.file == x.name && o.sha256 == h)
+            {
+                return Ok(None);
+            }
+        }
+        Ok(Some(Resume { old }))
+    }
+
+    /// The old entry of job `i` when its file can be kept: same tensor
+    /// (name, shape, type, role, source bytes `src`), same planned file,
+    /// layout and transforms, and the file in the output folder still has
+    /// the recorded size and sha256. The file is then linked into the
+    /// staging folder.
+    fn keep(&self, i: usize, job: &plan::Job, src: &str, dir: &OutputDir) -> Result<Option<Entry>> {
+        let t = job.tensor;
+        let Some(e) = self.old.tensors.get(i) else {
+            return Ok(None);
+        };
+        let layout = match job.action {
+            Action::Plain | Action::Raw(_) => "row_major".to_string(),
+            Action::Sidecar { interleave, .. } => format!("ggml_r{}", interleave.factor()),
+            Action::Panels { .. } => "cq4_packed_panels".to_string(),
+            Action::Source(_) | Action::Skip(_) => return Ok(None),
+        };
+        let family = match job.action {
+            Action::Panels { family, .. } => Some(plan::family_name(family)),
+            _ => None,
+        };
+        let old_family = e
+            .details
+            .as_ref()
+            .and_then(|d| d.get("family"))
+            .and_then(|f| f.as_str());
+        let (hf_name, record) = match &job.engine {
+            Some(x) => (Some(&x.hf_name), x.record.as_slice()),
+            None => (None, &[][..]),
+        };
+        let same = e.tensor == t.name
+            && e.shape == t.shape
+            && e.source_dtype == t.dtype.to_string()
+            && e.role == t.role.as_str()
+            && e.file.as_deref() == Some(job.file.as_str())
+            && e.source_sha256.as_deref() == Some(src)
+            && e.layout == layout
+            && (family.is_none() || old_family == family)
+            && e.hf_name.as_ref() == hf_name
+            && e.transforms == record;
+        if same && dir.adopt(&job.file, e.bytes, &e.sha256)? {
+            Ok(Some(e.clone()))
+        } else {
+            Ok(None)
         }
     }
-    let manifest = manifest_of(cat, opts, source_files, entries, extra);
-    dir.write_small(outdir::MANIFEST, manifest.to_json().as_bytes())?;
-    Ok(manifest)
+}
+
+/// `--shard I/N`: this shard's files and its partial manifest.
+#[allow(clippy::too_many_arguments)]
+fn run_shard(
+    args: &ConvertArgs,
+    cat: &Catalogue,
+    plan: &Plan,
+    opts: &Options,
+    pool: &rayon::ThreadPool,
+    spec: shard::ShardSpec,
+    inputs: &[PathBuf],
+    started: Instant,
+) -> Result<()> {
+    let out = args.output.as_deref().context("OUTPUT is required")?;
+    let items = shard::items(cat, plan);
+    let part = shard::partition(&items, spec.count);
+    let loads = shard::loads(&items, &part, spec.count);
+    let plan_sha256 = shard::plan_sha256(cat, plan, opts, &items);
+    let portion = Portion::of_shard(&items, &part, spec.index);
+    let mine = portion.file_names(plan);
+    let all: Vec<String> = plan
+        .file_names()
+        .into_iter()
+        .filter(|n| n != outdir::MANIFEST)
+        .collect();
+    let dir = OutputDir::prepare_shard(out, inputs, spec, &mine, &all)?;
+    let result = pool.install(|| -> Result<shard::ShardManifest> {
+        let done = write_portion(cat, plan, &dir, &portion, None, args.quiet, opts)?;
+        let header = manifest_of(cat, opts, done.source_files(cat), Vec::new(), Vec::new());
+        let partial = shard::ShardManifest {
+            format: shard::FORMAT.into(),
+            format_version: shard::FORMAT_VERSION,
+            shard: spec,
+            plan_sha256,
+            tool: header.tool,
+            source: header.source,
+            options: header.options,
+            skipped_files: header.skipped_files,
+            totals: shard::Totals {
+                tensors: plan.jobs.len(),
+                extra_files: extra_ordinal(plan, plan.extra.len()),
+                source_files: cat.files.len(),
+            },
+            engine_model_type: engine_model_type(cat, plan),
+            estimated_cpu_ns: loads[spec.index],
+            estimated_total_cpu_ns: loads.iter().sum(),
+            tensors: done
+                .entries
+                .into_iter()
+                .map(|(index, entry)| shard::IndexedEntry { index, entry })
+                .collect(),
+            extra_files: done
+                .extras
+                .into_iter()
+                .map(|(i, file)| shard::IndexedExtra {
+                    index: extra_ordinal(plan, i),
+                    file,
+                })
+                .collect(),
+            source_hashes: done
+                .sources
+                .into_iter()
+                .map(|(index, sha256)| shard::SourceHash { index, sha256 })
+                .collect(),
+        };
+        if !args.no_verify {
+            let files: Vec<(String, bool)> = partial
+                .tensors
+                .iter()
+                .filter_map(|e| e.entry.file.clone())
+                .map(|f| (f, true))
+                .chain(
+                    partial
+                        .extra_files
+                        .iter()
+                        .map(|x| (x.file.file.clone(), false)),
+                )
+                .collect();
+            crate::verify::check_files(dir.staging(), &files)?;
+        }
+        dir.write_small(&spec.manifest_name(), partial.to_json().as_bytes())?;
+        Ok(partial)
+    });
+    let partial = match result {
+        Ok(p) => p,
+        Err(e) => {
+            dir.abort();
+            return Err(e);
+        }
+    };
+    let files: Vec<String> = partial.file_names().map(str::to_string).collect();
+    dir.commit_shard(&files, &spec.manifest_name())?;
+    if args.json {
+        let summary = serde_json::json!({
+            "output": out.display().to_string(),
+            "shard": spec.to_string(),
+            "tensors": partial.tensors.len(),
+            "files": files.len(),
+            "estimated_cpu_s": partial.estimated_cpu_ns as f64 / 1e9,
+            "seconds": started.elapsed().as_secs_f64(),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&summary).unwrap_or_default()
+        );
+    } else if !args.quiet {
+        eprintln!(
+            "done: shard {spec}: {} tensors, {} files in {} ({:.2} s; estimated {:.2} of {:.2} CPU s); run `convert merge {}` when every shard is done",
+            partial.tensors.len(),
+            files.len(),
+            out.display(),
+            started.elapsed().as_secs_f64(),
+            partial.estimated_cpu_ns as f64 / 1e9,
+            partial.estimated_total_cpu_ns as f64 / 1e9,
+            out.display(),
+        );
+    }
+    Ok(())
+}
+
+/// This process's peak resident set (Linux: `VmHWM` of /proc/self/status).
+fn peak_rss_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The position of plan extra file `i` among those shards write (engine
+/// manifests, which merge writes, not counted).
+fn extra_ordinal(plan: &Plan, i: usize) -> usize {
+    plan.extra[..i]
+        .iter()
+        .filter(|x| !matches!(x.content, ExtraContent::EngineManifest))
+        .count()
+}
+
+/// `--dry-run`: the catalogue, the plan and the partition into `--shard`'s
+/// N shards (1 without it), from the headers alone; nothing is written.
+fn dry_run(
+    args: &ConvertArgs,
+    cat: &Catalogue,
+    plan: &Plan,
+    opts: &Options,
+    out: &Path,
+    started: Instant,
+) -> Result<()> {
+    let count = args.shard.map_or(1, |s| s.count);
+    let items = shard::items(cat, plan);
+    let part = shard::partition(&items, count);
+    let loads = shard::loads(&items, &part, count);
+    let files = plan.file_names().len();
+    let out_bytes: u64 = plan
+        .jobs
+        .iter()
+        .map(|j| plan::file_bytes(j.tensor, j.action))
+        .sum();
+    let shards: Vec<serde_json::Value> = loads
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| {
+            let p = Portion::of_shard(&items, &part, i);
+            serde_json::json!({
+                "shard": format!("{i}/{count}"),
+                "tensors": p.jobs.len(),
+                "files": p.file_names(plan).len(),
+                "estimated_cpu_s": l as f64 / 1e9,
+            })
+        })
+        .collect();
+    let summary = serde_json::json!({
+        "output": out.display().to_string(),
+        "tensors": cat.tensors.len(),
+        "source_files": cat.files.len(),
+        "source_bytes": cat.total_bytes(),
+        "files": files,
+        "tensor_file_bytes": out_bytes,
+        "plan_sha256": shard::plan_sha256(cat, plan, opts, &items),
+        "estimated_cpu_s": loads.iter().sum::<u64>() as f64 / 1e9,
+        "shards": shards,
+        "seconds": started.elapsed().as_secs_f64(),
+        "peak_rss_kib": peak_rss_kib(),
+    });
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&summary).unwrap_or_default()
+        );
+    } else if !args.quiet {
+        eprint!("{}", plan::describe(cat, plan, opts, out));
+        eprintln!(
+            "  dry run: {files} files, {} of tensor files, estimated {:.1} CPU s in all",
+            plan::human_bytes(out_bytes),
+            loads.iter().sum::<u64>() as f64 / 1e9
+        );
+        for s in &shards {
+            eprintln!(
+                "    shard {}: {} tensors, {} files, estimated {:.1} CPU s",
+                s["shard"].as_str().unwrap_or(""),
+                s["tensors"],
+                s["files"],
+                s["estimated_cpu_s"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The manifest of a bundle (`docs/FORMAT.md` §manifest).
@@ -234,10 +681,17 @@ fn manifest_of(
     }
 }
 
-/// The GGUF metadata and the copied auxiliary files, in plan order.
-fn write_extra_files(cat: &Catalogue, plan: &Plan, dir: &OutputDir) -> Result<Vec<ExtraFile>> {
+/// The GGUF metadata and the copied auxiliary files of `which` (indices
+/// into `plan.extra`, engine manifests excluded), in plan order.
+fn write_extra_files(
+    cat: &Catalogue,
+    plan: &Plan,
+    dir: &OutputDir,
+    which: &[usize],
+) -> Result<Vec<(usize, ExtraFile)>> {
     let mut extra = Vec::new();
-    for x in &plan.extra {
+    for &i in which {
+        let x = &plan.extra[i];
         let bytes = match &x.content {
             ExtraContent::GgufMetadata => gguf_metadata_json(cat)?.into_bytes(),
             ExtraContent::Copy(p) => {
@@ -247,12 +701,15 @@ fn write_extra_files(cat: &Catalogue, plan: &Plan, dir: &OutputDir) -> Result<Ve
             ExtraContent::EngineManifest => continue,
         };
         let w = dir.write_small(&x.name, &bytes)?;
-        extra.push(ExtraFile {
-            file: x.name.clone(),
-            what: x.what.into(),
-            bytes: w.bytes,
-            sha256: w.sha256,
-        });
+        extra.push((
+            i,
+            ExtraFile {
+                file: x.name.clone(),
+                what: x.what.into(),
+                bytes: w.bytes,
+                sha256: w.sha256,
+            },
+        ));
     }
     Ok(extra)
 }

@@ -9,11 +9,13 @@ mod failure;
 mod inspect;
 mod manifest;
 mod materialize;
+mod merge;
 mod mixture;
 mod options;
 mod outdir;
 mod plan;
 mod qdq;
+mod shard;
 mod signals;
 mod verify;
 mod writers;
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
         Some(cli::Command::Inspect(args)) => inspect::run(&args),
         Some(cli::Command::Verify(args)) => verify::run(&args),
         Some(cli::Command::Qdq(args)) => qdq::run(&args),
+        Some(cli::Command::Merge(args)) => merge::run(&args),
         None => convert::run(&cli.convert),
     };
     match result {

@@ -1,6 +1,10 @@
 //! `manifest.json`: what a bundle holds. Deterministic: no times, no
 //! absolute paths, no thread counts.
 
+use std::fmt;
+use std::path::Path;
+
+use model_sources::{Catalogue, SourceKind};
 use serde::{Deserialize, Serialize};
 
 /// The manifest's file name in a bundle.
@@ -113,6 +117,10 @@ pub struct Entry {
     /// Source file the tensor stays in (layout "source").
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub source_file: Option<String>,
+    /// sha256 of the tensor's bytes as stored in the source (what
+    /// `--resume` compares).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub source_sha256: Option<String>,
     /// Layout details (group size, interleave, rotation family, ...).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub details: Option<serde_json::Value>,
@@ -160,6 +168,7 @@ impl Entry {
             bytes: written.map_or(t.n_bytes, |w| w.bytes),
             sha256: written.map(|w| w.sha256.clone()).unwrap_or_default(),
             source_file: None,
+            source_sha256: None,
             details,
             hf_name: None,
             transforms: Vec::new(),
@@ -204,5 +213,150 @@ impl Manifest {
         let mut s = serde_json::to_string_pretty(self).expect("manifest serializes");
         s.push('\n');
         s
+    }
+}
+
+/// A source file's name in the manifest: relative to the model folder,
+/// or the file's own name.
+pub fn source_name(cat: &Catalogue, path: &Path) -> String {
+    match cat.kind {
+        SourceKind::HfFolder => path
+            .strip_prefix(&cat.root)
+            .unwrap_or(path)
+            .to_string_lossy()
+            .into_owned(),
+        _ => path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    }
+}
+
+// Partial manifests of `--shard I/N` (docs/FORMAT.md §manifest, "Partial
+// manifests"; src/shard.rs makes them, src/merge.rs reads them).
+
+/// Value of a partial manifest's `format` field.
+pub const SHARD_FORMAT: &str = "convert-bundle-shard";
+/// Bumped on incompatible partial-manifest changes.
+pub const SHARD_FORMAT_VERSION: u32 = 1;
+/// Largest N of `--shard I/N`.
+pub const MAX_SHARDS: usize = 100_000;
+/// Prefix of every partial manifest's file name.
+pub const PARTIAL_PREFIX: &str = "manifest.shard-";
+
+/// `--shard I/N`: shard `index` (0-based) of `count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardSpec {
+    /// 0-based: 0 ..= count - 1.
+    pub index: usize,
+    /// Number of shards.
+    pub count: usize,
+}
+
+impl fmt::Display for ShardSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+impl ShardSpec {
+    /// `manifest.shard-I-of-N.json`.
+    pub fn manifest_name(self) -> String {
+        format!("{PARTIAL_PREFIX}{}-of-{}.json", self.index, self.count)
+    }
+}
+
+/// How many of each item the whole bundle has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Manifest tensor entries.
+    pub tensors: usize,
+    /// Plan extra files (engine manifests excluded).
+    pub extra_files: usize,
+    /// Source files.
+    pub source_files: usize,
+}
+
+/// A tensor entry and its index in the manifest.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IndexedEntry {
+    /// Position in the manifest's `tensors`.
+    pub index: usize,
+    /// The entry.
+    #[serde(flatten)]
+    pub entry: Entry,
+}
+
+/// An extra file and its index in the plan.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IndexedExtra {
+    /// Position in the plan's extra files.
+    pub index: usize,
+    /// The file.
+    #[serde(flatten)]
+    pub file: ExtraFile,
+}
+
+/// The sha256 of source file `index`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SourceHash {
+    /// Position in the manifest's `source.files`.
+    pub index: usize,
+    /// Lower-case hex sha256 of the whole file.
+    pub sha256: String,
+}
+
+/// `manifest.shard-I-of-N.json` (`docs/FORMAT.md` §partial manifests).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShardManifest {
+    /// Always [`SHARD_FORMAT`].
+    pub format: String,
+    /// [`SHARD_FORMAT_VERSION`].
+    pub format_version: u32,
+    /// Which shard.
+    pub shard: ShardSpec,
+    /// `shard::plan_sha256`.
+    pub plan_sha256: String,
+    /// The tool that wrote it.
+    pub tool: Tool,
+    /// The source; `files[i].sha256` is empty unless this shard hashed it.
+    pub source: Source,
+    /// The options, as in the final manifest.
+    pub options: serde_json::Value,
+    /// The final manifest's `skipped_files`.
+    #[serde(default)]
+    pub skipped_files: Vec<SkippedFile>,
+    /// Sizes of the lists of the whole bundle.
+    pub totals: Totals,
+    /// Engine layout: the model type the engine manifests are made for
+    /// (merge writes them from every shard's entries).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub engine_model_type: Option<String>,
+    /// This shard's estimated cost (CPU ns) and the whole bundle's.
+    pub estimated_cpu_ns: u64,
+    /// The whole bundle's estimated cost (CPU ns).
+    pub estimated_total_cpu_ns: u64,
+    /// The tensor entries this shard made.
+    pub tensors: Vec<IndexedEntry>,
+    /// The extra files this shard wrote.
+    pub extra_files: Vec<IndexedExtra>,
+    /// The source files this shard hashed.
+    pub source_hashes: Vec<SourceHash>,
+}
+
+impl ShardManifest {
+    /// Pretty JSON with a trailing newline.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("shard manifest serializes");
+        s.push('\n');
+        s
+    }
+
+    /// Every file this shard wrote (tensor files and extra files).
+    pub fn file_names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.tensors
+            .iter()
+            .filter_map(|e| e.entry.file.as_deref())
+            .chain(self.extra_files.iter().map(|x| x.file.file.as_str()))
     }
 }

@@ -183,6 +183,8 @@ pub struct OutputDir {
     old_files: BTreeSet<String>,
     /// Held for the lifetime of the run (the lock is on this handle).
     _lock: File,
+    /// A shard's lock on its own staging folder.
+    _staging_lock: Option<File>,
 }
 
 impl OutputDir {
@@ -214,16 +216,7 @@ impl OutputDir {
         let out_c = out
             .canonicalize()
             .with_context(|| format!("cannot resolve output folder {}", out.display()))?;
-        for input in inputs {
-            let ic = input.canonicalize().unwrap_or_else(|_| input.clone());
-            if ic == out_c || ic.parent() == Some(out_c.as_path()) {
-                return Err(undo(bad_input(format!(
-                    "output folder {} holds the input {}: outputs may never overwrite inputs; choose another folder",
-                    out.display(),
-                    input.display()
-                ))));
-            }
-        }
+        check_inputs(out, &out_c, inputs).map_err(undo)?;
         let old_files = existing_bundle(out, force).map_err(undo)?;
         // A file of the folder that the new bundle would replace but that no
         // previous bundle wrote is the user's: refuse rather than lose it.
@@ -254,7 +247,263 @@ impl OutputDir {
             created,
             old_files,
             _lock: lock,
+            _staging_lock: None,
         })
+    }
+
+    /// `--shard I/N`: like [`OutputDir::prepare`], for one of several
+    /// processes writing the same folder at once (`docs/SCALE_OUT.md`
+    /// §output folder). The folder gets a shared lock (shards coexist; a
+    /// single run or `convert merge` cannot start while one runs), and its
+    /// own staging folder `.<name>.convert-shard-I-of-N`, locked while the
+    /// shard runs (a second process of the same shard exits 2). The folder
+    /// may hold only files of this bundle (`all`) and partial manifests;
+    /// one of this shard's files (`mine`) already there must be listed by a
+    /// partial manifest (an earlier attempt of a shard), else it is the
+    /// user's and the shard refuses to start.
+    pub fn prepare_shard(
+        out: &Path,
+        inputs: &[PathBuf],
+        spec: crate::manifest::ShardSpec,
+        mine: &[String],
+        all: &[String],
+    ) -> Result<Self> {
+        if out.exists() && !out.is_dir() {
+            return Err(bad_input(format!(
+                "output {} exists and is not a folder",
+                out.display()
+            )));
+        }
+        std::fs::create_dir_all(out)
+            .with_context(|| format!("cannot create output folder {}", out.display()))?;
+        let lock = lock_folder_shared(out)?;
+        let out_c = out
+            .canonicalize()
+            .with_context(|| format!("cannot resolve output folder {}", out.display()))?;
+        check_inputs(out, &out_c, inputs)?;
+        let all: BTreeSet<&str> = all.iter().map(String::as_str).collect();
+        let mut partials = Vec::new();
+        for e in std::fs::read_dir(out).with_context(|| format!("cannot list {}", out.display()))? {
+            let e = e.with_context(|| format!("cannot list {}", out.display()))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == MANIFEST {
+                return Err(bad_input(format!(
+                    "output folder {} holds a finished bundle ({MANIFEST}): shards write into an empty folder or one holding only shards of the same conversion",
+                    out.display()
+                )));
+            }
+            if is_partial_name(&name) {
+                partials.push(e.path());
+                continue;
+            }
+            if !all.contains(name.as_str()) {
+                return Err(bad_input(format!(
+                    "output folder {} holds {name}, which is no file of this bundle: shards write into an empty folder or one holding only shards of the same conversion",
+                    out.display()
+                )));
+            }
+        }
+        let present: Vec<&String> = mine
+            .iter()
+            .filter(|n| std::fs::symlink_metadata(out.join(n)).is_ok())
+            .collect();
+        // Only when some of this shard's files are there already (a rerun)
+        // are the partial manifests read: which shard wrote them?
+        let mut listed: BTreeSet<String> = BTreeSet::new();
+        if !present.is_empty() {
+            for p in &partials {
+                if let Ok(bytes) = model_sources::mmap::read_regular(p, 1 << 30) {
+                    if let Ok(m) = serde_json::from_slice::<crate::manifest::ShardManifest>(&bytes)
+                    {
+                        listed.extend(m.file_names().map(str::to_string));
+                    }
+                }
+            }
+        }
+        for name in present {
+            if !listed.contains(name) {
+                return Err(bad_input(format!(
+                    "output folder {} already holds {name}, which no shard manifest lists: shard {spec} would replace it; move it away or choose another folder",
+                    out.display()
+                )));
+            }
+        }
+        let staging = with_suffix(
+            &out_c,
+            &format!(".convert-shard-{}-of-{}", spec.index, spec.count),
+        )?;
+        let in_use = || {
+            bad_input(format!(
+                "shard {spec} is already being written into {} by another process ({} is locked)",
+                out.display(),
+                staging.display()
+            ))
+        };
+        if std::fs::symlink_metadata(&staging).is_ok() {
+            // Stale (killed run) unless its owner still holds its lock.
+            let d = File::open(&staging).map_err(|_| in_use())?;
+            if matches!(d.try_lock(), Err(std::fs::TryLockError::WouldBlock)) {
+                return Err(in_use());
+            }
+            clear_stale_staging(&staging)?;
+        }
+        std::fs::create_dir(&staging).map_err(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                in_use()
+            } else {
+                anyhow!(e).context(format!(
+                    "cannot create the staging folder {}",
+                    staging.display()
+                ))
+            }
+        })?;
+        let staging_lock = File::open(&staging)
+            .and_then(|d| d.try_lock().map_err(io::Error::other).map(|()| d))
+            .map_err(|_| in_use())?;
+        File::create_new(staging.join(STAGING_MARKER))
+            .with_context(|| format!("cannot create the staging folder {}", staging.display()))?;
+        *ACTIVE.lock().unwrap_or_else(|p| p.into_inner()) = Some(Active {
+            staging: staging.clone(),
+            created: None,
+            out: out.to_path_buf(),
+            committed: false,
+        });
+        Ok(OutputDir {
+            out: out.to_path_buf(),
+            staging,
+            created: false,
+            old_files: BTreeSet::new(),
+            _lock: lock,
+            _staging_lock: Some(staging_lock),
+        })
+    }
+
+    /// `convert merge`: lock the folder (exclusively: no shard may still
+    /// run) and create the staging folder for the files merge writes.
+    pub fn prepare_merge(out: &Path) -> Result<Self> {
+        if !out.is_dir() {
+            return Err(bad_input(format!(
+                "{}: no such folder (convert merge takes the folder the shards wrote)",
+                out.display()
+            )));
+        }
+        let lock = lock_folder(out)?;
+        let out_c = out
+            .canonicalize()
+            .with_context(|| format!("cannot resolve output folder {}", out.display()))?;
+        let staging = staging_path(&out_c)?;
+        clear_stale_staging(&staging)?;
+        std::fs::create_dir(&staging)
+            .and_then(|()| File::create_new(staging.join(STAGING_MARKER)).map(drop))
+            .with_context(|| format!("cannot create the staging folder {}", staging.display()))?;
+        *ACTIVE.lock().unwrap_or_else(|p| p.into_inner()) = Some(Active {
+            staging: staging.clone(),
+            created: None,
+            out: out.to_path_buf(),
+            committed: false,
+        });
+        Ok(OutputDir {
+            out: out.to_path_buf(),
+            staging,
+            created: false,
+            old_files: BTreeSet::new(),
+            _lock: lock,
+            _staging_lock: None,
+        })
+    }
+
+    /// The output folder.
+    pub fn out(&self) -> &Path {
+        &self.out
+    }
+
+    /// `--resume`: take over `name` from the output folder when it is a
+    /// regular file of `bytes` bytes whose sha256 is `sha256` (hashed
+    /// again here): it is hard-linked into the staging folder (copied
+    /// where links are not supported), so the swap keeps it. False when it
+    /// does not match.
+    pub fn adopt(&self, name: &str, bytes: u64, sha256_hex: &str) -> Result<bool> {
+        if !is_plain_name(name) {
+            return Ok(false);
+        }
+        let src = self.out.join(name);
+        let regular =
+            std::fs::symlink_metadata(&src).is_ok_and(|m| m.is_file() && m.len() == bytes);
+        if !regular {
+            return Ok(false);
+        }
+        let hash = || -> io::Result<String> {
+            let mut f = model_sources::mmap::open_regular(&src).map_err(io::Error::other)?;
+            let mut h = Sha256::new();
+            io::copy(&mut f, &mut h)?;
+            Ok(hex(&h.finalize()))
+        };
+        if hash().ok().as_deref() != Some(sha256_hex) {
+            return Ok(false);
+        }
+        let dst = self.staging.join(name);
+        if std::fs::hard_link(&src, &dst).is_err() {
+            let mut f = self.create(name)?;
+            let mut from = model_sources::mmap::open_regular(&src)
+                .with_context(|| format!("cannot read {}", src.display()))?;
+            io::copy(&mut from, &mut f)
+                .with_context(|| format!("cannot write {}", src.display()))?;
+            f.commit()?;
+        }
+        Ok(true)
+    }
+
+    /// Swap a shard's files in: its old partial manifest goes first, then
+    /// each file is renamed into the output folder, the new partial
+    /// manifest `partial` last (so a partial manifest present always
+    /// describes files that are all there).
+    pub fn commit_shard(self, files: &[String], partial: &str) -> Result<()> {
+        let mut guard = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = guard.as_mut() {
+            a.committed = true;
+        }
+        let ctx =
+            |what: &str, name: &str| format!("cannot {what} {}", self.out.join(name).display());
+        remove_if_file(&self.out.join(partial)).with_context(|| ctx("remove", partial))?;
+        for name in files {
+            std::fs::rename(self.staging.join(name), self.out.join(name))
+                .with_context(|| ctx("move into place", name))?;
+        }
+        std::fs::rename(self.staging.join(partial), self.out.join(partial))
+            .with_context(|| ctx("move into place", partial))?;
+        if let Ok(d) = File::open(&self.out) {
+            let _ = d.sync_all();
+        }
+        remove_staging(&self.staging);
+        *guard = None;
+        Ok(())
+    }
+
+    /// Finish a merge: the files merge wrote (`files`, the engine
+    /// manifests) are renamed in, then `manifest.json`, and only then are
+    /// the partial manifests (`partials`) removed.
+    pub fn commit_merge(self, files: &[String], partials: &[String]) -> Result<()> {
+        let mut guard = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = guard.as_mut() {
+            a.committed = true;
+        }
+        let ctx =
+            |what: &str, name: &str| format!("cannot {what} {}", self.out.join(name).display());
+        for name in files.iter().filter(|n| *n != MANIFEST) {
+            std::fs::rename(self.staging.join(name), self.out.join(name))
+                .with_context(|| ctx("move into place", name))?;
+        }
+        std::fs::rename(self.staging.join(MANIFEST), self.out.join(MANIFEST))
+            .with_context(|| ctx("move into place", MANIFEST))?;
+        for name in partials {
+            remove_if_file(&self.out.join(name)).with_context(|| ctx("remove", name))?;
+        }
+        if let Ok(d) = File::open(&self.out) {
+            let _ = d.sync_all();
+        }
+        remove_staging(&self.staging);
+        *guard = None;
+        Ok(())
     }
 
     /// The staging folder (the bundle while it is being written).
@@ -311,6 +560,52 @@ impl OutputDir {
         }
         *guard = None;
     }
+}
+
+/// No input may be in the output folder (or be it).
+fn check_inputs(out: &Path, out_c: &Path, inputs: &[PathBuf]) -> Result<()> {
+    for input in inputs {
+        let ic = input.canonicalize().unwrap_or_else(|_| input.clone());
+        if ic == out_c || ic.parent() == Some(out_c) {
+            return Err(bad_input(format!(
+                "output folder {} holds the input {}: outputs may never overwrite inputs; choose another folder",
+                out.display(),
+                input.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A partial manifest's name (`manifest.shard-*.json`).
+pub fn is_partial_name(name: &str) -> bool {
+    name.starts_with(crate::manifest::PARTIAL_PREFIX) && name.ends_with(".json")
+}
+
+/// A shared `flock` on the folder (shards of one conversion).
+fn lock_folder_shared(out: &Path) -> Result<File> {
+    let dir = File::open(out).with_context(|| format!("cannot open {}", out.display()))?;
+    match dir.try_lock_shared() {
+        Ok(()) => Ok(dir),
+        Err(std::fs::TryLockError::WouldBlock) => Err(bad_input(format!(
+            "output folder {} is in use by a convert run or merge (it holds a lock on the folder); wait for it or choose another folder",
+            out.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(anyhow!(e).context(format!("cannot lock output folder {}", out.display())))
+        }
+    }
+}
+
+/// `.<name><suffix>` beside the (resolved) output folder.
+fn with_suffix(out_c: &Path, suffix: &str) -> Result<PathBuf> {
+    let name = out_c
+        .file_name()
+        .ok_or_else(|| bad_input(format!("output folder {} has no name", out_c.display())))?;
+    let mut s = std::ffi::OsString::from(".");
+    s.push(name);
+    s.push(suffix);
+    Ok(out_c.with_file_name(s))
 }
 
 /// `flock` the folder itself (no lock file is left behind).

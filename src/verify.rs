@@ -204,6 +204,42 @@ pub fn check_written_bundle(dir: &Path, _quiet: bool) -> Result<(usize, &'static
     }
 }
 
+/// The check of [`check_written_bundle`] on the files `files` of `dir`
+/// (name, and whether it is a tensor container), with no manifest: what a
+/// shard runs on its part of a bundle, and `convert merge` on a whole
+/// bundle before its manifest exists. Hashes are not checked here.
+pub fn check_files(dir: &Path, files: &[(String, bool)]) -> Result<(usize, &'static str)> {
+    use rayon::prelude::*;
+    select_isas(IsaArg::All)?;
+    let isas = [kernels::best()];
+    let outcomes: Vec<Outcome> = files
+        .par_iter()
+        .filter(|(_, container)| *container)
+        .map(|(name, _)| {
+            let t = Target {
+                name: name.clone(),
+                path: dir.join(name),
+                sha256: None,
+                container: true,
+            };
+            verify_one(&t, &isas, true, false)
+        })
+        .collect();
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|o| !o.pass())
+        .map(|o| format!("{} ({})", o.name, o.reason()))
+        .collect();
+    if failed.is_empty() {
+        Ok((outcomes.len(), isas[0].name()))
+    } else {
+        Err(anyhow!(
+            "the written files failed verification: {}",
+            failed.join(", ")
+        ))
+    }
+}
+
 /// `all` = every ISA usable here; otherwise one named ISA, which must be
 /// usable.
 fn select_isas(arg: IsaArg) -> Result<Vec<Isa>> {

@@ -324,11 +324,11 @@ fn rows(
 /// The engine's three manifests (`docs/FORMAT.md` §engine layout): names
 /// and contents, from the bundle's entries.
 pub fn manifests(
-    cat: &Catalogue,
+    model_type: &str,
     entries: &[crate::manifest::Entry],
 ) -> Vec<(&'static str, Vec<u8>)> {
     use serde_json::{json, Value};
-    let family = policy::family(&model_type(cat));
+    let family = policy::family(model_type);
     let rows = rows(entries, family);
     const WEIGHTS_KEYS: &[&str] = &[
         "adapter_family",
