@@ -242,3 +242,44 @@ fn plan_and_inspect_show_the_experts_and_output_is_deterministic() {
     );
     assert_deterministic(tmp.path(), MODEL, &["--interleave", "4"]);
 }
+
+/// `convert qdq` of an expert bundle exports every expert tensor as
+/// ggml's dequantization of the source tensor, bit for bit.
+#[test]
+fn qdq_exports_every_expert() {
+    use model_sources::gguf::GgufFile;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let o = convert_into(&fixture(MODEL), &out, &["--interleave", "4"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let q = tmp.path().join("q");
+    let src_path = fixture(MODEL);
+    let o = convert([
+        "qdq".as_ref(),
+        out.as_os_str(),
+        q.as_os_str(),
+        "-q".as_ref(),
+        "--format".as_ref(),
+        "gguf".as_ref(),
+        "--source".as_ref(),
+        src_path.as_os_str(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let src = GgufFile::open(&src_path).unwrap();
+    let got = GgufFile::open(&q.join("model.gguf")).unwrap();
+    for (name, e, n, k) in EXPERTS {
+        let s = src.tensors().iter().find(|t| t.name == name).unwrap();
+        let t = got.tensors().iter().find(|t| t.name == name).unwrap();
+        assert_eq!(t.dims, vec![k, n, e], "{name}");
+        let mut want = vec![0f32; (e * n * k) as usize];
+        ggml_quants::dequantize_rows(s.ggml_type, src.tensor_data(s), k as usize, &mut want)
+            .unwrap();
+        let got_vals: Vec<u32> = got
+            .tensor_data(t)
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let want_bits: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+        assert!(got_vals == want_bits, "{name}: qdq = ggml's dequantization");
+    }
+}
