@@ -6,7 +6,13 @@ accepts but other readers reject, made with gguf-py (the reference writer):
   gguf-py writes v3, so the version field is patched to 2 afterwards),
 - align4.gguf / align64.gguf: general.alignment = 4 / 64,
 - upper_key.gguf: metadata keys that are not lower_snake_case,
-- nested.gguf: every metadata value type, and nested arrays.
+- nested.gguf: every metadata value type, and nested arrays,
+- moe.gguf: a one-expert-layer MoE model (llama architecture, 4 experts):
+  3-D expert tensors `[n_expert, N, K]` in Q8_0 and Q5_1 (quantized by
+  gguf-py, byte-exact with ggml's reference quantizers), in Q4_K (the 20
+  ggml-made rows of fixtures/ggml-vectors/q4_k.gguf as 4 experts of 5 rows)
+  and in F32 (a float expert tensor, which keep mode leaves in the source);
+  rows per expert 12 and 5, so R4 / R8 have tail rows.
 
 Usage: scripts/make_gguf_variants.py
 """
@@ -73,6 +79,42 @@ def nested(w):
     w.add_array("t.nested_str", [["x", "y"], ["z"]])
 
 
+def moe(path):
+    rng = np.random.default_rng(14)
+    n_expert, n_embd, n_ff = 4, 256, 12
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(2)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(2)
+    Q = gguf.GGMLQuantizationType
+
+    def experts(name, shape, qtype, scale):
+        x = (rng.standard_normal(shape) * scale).astype(np.float32)
+        w.add_tensor(name, gguf.quants.quantize(x, qtype), raw_dtype=qtype)
+
+    w.add_tensor("token_embd.weight", rng.standard_normal((8, n_embd)).astype(np.float32))
+    w.add_tensor("blk.0.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+    w.add_tensor("blk.0.ffn_gate_inp.weight",
+                 rng.standard_normal((n_expert, n_embd)).astype(np.float32))
+    experts("blk.0.ffn_gate_exps.weight", (n_expert, n_ff, n_embd), Q.Q8_0, 0.05)
+    experts("blk.0.ffn_up_exps.weight", (n_expert, n_ff, n_embd), Q.Q5_1, 0.05)
+    w.add_tensor("blk.0.ffn_down_exps.weight",
+                 (rng.standard_normal((n_expert, n_embd, n_ff)) * 0.05).astype(np.float32))
+    # ggml's own Q4_K bytes (20 rows of 1024) as 4 experts of 5 rows.
+    q4k = gguf.GGUFReader(str(OUT.parent / "ggml-vectors" / "q4_k.gguf"))
+    t = next(t for t in q4k.tensors if t.name == "quantized")
+    data = np.array(t.data, dtype=np.uint8).reshape(n_expert, 5, -1)
+    w.add_tensor("blk.1.ffn_gate_exps.weight", data, raw_dtype=Q.Q4_K)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print("wrote", path)
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     write("v2.gguf", 1, version=2)
@@ -80,6 +122,7 @@ def main():
     write("align64.gguf", 3, alignment=64)
     write("upper_key.gguf", 4, extra=upper)
     write("nested.gguf", 5, extra=nested)
+    moe(OUT / "moe.gguf")
 
 
 if __name__ == "__main__":

@@ -60,8 +60,14 @@ fn is_container(path: &Path) -> Result<bool> {
 /// What default keep mode does with `t`: "sidecar", or why it stays in the
 /// source (e.g. "IQ2_XXS: no sidecar kernel").
 fn keep_mode(t: &model_sources::Tensor) -> String {
-    match t.dtype.ggml() {
-        Some(g) if t.shape.len() == 2 && crate::mixture::has_sidecar(g) => "sidecar".into(),
+    match (
+        crate::plan::kept_sidecar_type(t),
+        crate::plan::sidecar_shape(t),
+    ) {
+        (Some(_), Some(s)) if s.experts.is_some() => {
+            format!("expert sidecar ({} experts)", s.count())
+        }
+        (Some(_), _) => "sidecar".into(),
         _ => format!("stays: {}", crate::plan::Stay::of(t)),
     }
 }
@@ -189,9 +195,10 @@ pub fn describe_file_json(name: &str, bytes: &[u8]) -> Result<serde_json::Value>
     if h.rotation_family().is_some() {
         details = panel_details(&h, l.scales_offset)?;
     }
-    if let Some(ty) = h.precision().and_then(|p| p.ggml_type()) {
+    if let (Some(ty), Some(shape)) = (h.precision().and_then(|p| p.ggml_type()), h.sidecar_shape())
+    {
         let factor = h.interleave().map_or(1, |i| i.factor());
-        details = crate::writers::sidecar::details(ty, factor, h.dims[0], h.dims[1]);
+        details = crate::writers::sidecar::details(ty, factor, shape);
     }
     Ok(serde_json::json!({
         "file": name,
@@ -306,6 +313,20 @@ fn inspect_file(path: &Path, json: bool) -> Result<String> {
     Ok(s)
 }
 
+/// The bundle table's last column: why a tensor stays in the source
+/// (`details.reason`), the expert count of an expert sidecar
+/// (`details.experts`), else nothing.
+fn entry_notes(e: &crate::manifest::Entry) -> String {
+    let d = e.details.as_ref();
+    if let Some(why) = d.and_then(|d| d["reason"].as_str()) {
+        return format!("stays: {why}");
+    }
+    match d.and_then(|d| d["experts"].as_u64()) {
+        Some(n) => format!("{n} experts"),
+        None => String::new(),
+    }
+}
+
 fn inspect_dir(dir: &Path, json: bool) -> Result<String> {
     let mpath = dir.join(crate::outdir::MANIFEST);
     let text = model_sources::mmap::read_regular(&mpath, 1 << 30)
@@ -347,22 +368,23 @@ fn inspect_dir(dir: &Path, json: bool) -> Result<String> {
     );
     writeln!(
         s,
-        "{:<w$}  {:<15}  {:<14}  {:<6}  {:<6}  {:<18}  {:>10}",
+        "{:<w$}  {:<15}  {:<14}  {:<6}  {:<6}  {:<18}  {:>10}  notes",
         "file", "role", "shape", "source", "prec", "layout", "bytes"
     )?;
     for e in &m.tensors {
         let shape = shape_text(&e.shape);
-        writeln!(
-            s,
-            "{:<w$}  {:<15}  {:<14}  {:<6}  {:<6}  {:<18}  {:>10}",
+        let line = format!(
+            "{:<w$}  {:<15}  {:<14}  {:<6}  {:<6}  {:<18}  {:>10}  {}",
             e.file.as_deref().unwrap_or("(source)"),
             e.role,
             shape,
             e.source_dtype,
             e.precision,
             e.layout,
-            e.bytes
-        )?;
+            e.bytes,
+            entry_notes(e)
+        );
+        writeln!(s, "{}", line.trim_end())?;
     }
     for x in &m.extra_files {
         writeln!(s, "{:<w$}  {}  ({} bytes)", x.file, x.what, x.bytes)?;

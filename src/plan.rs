@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Result;
 use ggml_quants::{Dtype, GgmlType, RawType};
 use model_sources::{Catalogue, Role, SourceKind, Tensor};
-use weights_file::format::Interleave;
+use weights_file::format::{Interleave, SidecarShape};
 
 use crate::engine::{self, policy, EngineTensor};
 use crate::extra::{Extra, ExtraContent};
@@ -58,7 +58,8 @@ pub enum Action<'o> {
 pub enum Stay {
     /// A ggml block type no sidecar kernel serves.
     NoKernel(GgmlType),
-    /// 3-D expert tensor `[n_expert, N, K]`.
+    /// 3-D float expert tensor `[n_expert, N, K]` (`--qtype` quantizes
+    /// 2-D matrices only; quantized experts get expert sidecars).
     Experts,
     /// Not 2-D (norms, biases, scalars).
     NotMatrix(usize),
@@ -88,13 +89,35 @@ impl std::fmt::Display for Stay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Stay::NoKernel(g) => write!(f, "{g}: no sidecar kernel"),
-            Stay::Experts => write!(f, "3-D expert tensor: no expert sidecars yet"),
+            Stay::Experts => write!(
+                f,
+                "3-D float expert tensor: --qtype quantizes 2-D matrices only"
+            ),
             Stay::NotMatrix(n) => write!(f, "{n}-D, not a matrix"),
             Stay::Float => write!(f, "float matrix, no --qtype"),
             Stay::NotWeights => write!(f, "not a weight matrix"),
             Stay::Raw(r) => write!(f, "raw {r}"),
         }
     }
+}
+
+/// The shape of the sidecar keep mode gives `t` when its type has one: a
+/// 2-D tensor, or a 3-D expert-stacked matmul weight `[E, N, K]` (the one
+/// rule `plan`, `inspect` and the mixtures share).
+pub fn sidecar_shape(t: &Tensor) -> Option<SidecarShape> {
+    match t.shape.len() {
+        2 => SidecarShape::of(&t.shape),
+        3 if t.role.is_matrix() => SidecarShape::of(&t.shape),
+        _ => None,
+    }
+}
+
+/// The ggml type of `t`'s sidecar when keep mode keeps its blocks (a
+/// sidecar type and a [`sidecar_shape`]).
+pub fn kept_sidecar_type(t: &Tensor) -> Option<GgmlType> {
+    t.dtype
+        .ggml()
+        .filter(|g| has_sidecar(*g) && sidecar_shape(t).is_some())
 }
 
 /// "hadamard" or "orthogonal".
@@ -429,7 +452,9 @@ pub fn file_bytes(t: &Tensor, action: Action) -> u64 {
             t.n_elements().saturating_mul(2),
         )),
         Action::Raw(ty) => Header::raw(ty, &t.shape),
-        Action::Sidecar { ty, interleave, .. } => Header::sidecar(ty, interleave, n, k),
+        Action::Sidecar { ty, interleave, .. } => {
+            sidecar_shape(t).and_then(|s| Header::sidecar_of(ty, interleave, s))
+        }
         Action::Panels { family, .. } => {
             let kp = k.div_ceil(128).saturating_mul(128);
             usize::try_from(n)
@@ -571,7 +596,7 @@ fn action_for<'o>(
     requantized: Option<GgmlType>,
 ) -> Result<Action<'o>> {
     let matrix = t.shape.len() == 2;
-    let sidecar_type = t.dtype.ggml().filter(|g| matrix && has_sidecar(*g));
+    let sidecar_type = kept_sidecar_type(t);
     // The CQ4-mode `--tensor-type` rule of this tensor, if any.
     let rule = match &opts.mode {
         Mode::Cq4 { overrides, .. } => matching(overrides, &t.name),
@@ -694,8 +719,18 @@ pub fn describe(cat: &Catalogue, plan: &Plan, opts: &Options, out: &Path) -> Str
     );
     let mut groups: BTreeMap<String, BTreeMap<&str, (usize, u64)>> = BTreeMap::new();
     for j in &plan.jobs {
+        let mut what = j.action.describe();
+        if let (
+            Action::Sidecar { .. },
+            Some(SidecarShape {
+                experts: Some(e), ..
+            }),
+        ) = (j.action, sidecar_shape(j.tensor))
+        {
+            what += &format!(", {e} experts");
+        }
         let e = groups
-            .entry(j.action.describe())
+            .entry(what)
             .or_default()
             .entry(j.tensor.role.as_str())
             .or_default();

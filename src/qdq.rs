@@ -291,6 +291,12 @@ fn stored_values(
         crate::verify::read_aligned(&path).with_context(|| format!("cannot read {}", at()))?;
     let f = weights_file::WeightsFile::parse(bytes.as_slice())
         .map_err(|err| bad_input(format!("{}: {err}", at())))?;
+    if f.header()
+        .sidecar_shape()
+        .is_some_and(|s| s.experts.is_some())
+    {
+        return expert_values(&f, e).map_err(|err| bad_input(format!("{}: {err}", at())));
+    }
     let m = kernels::Matrix::from_file(&f).map_err(|err| {
         bad_input(format!(
             "{}: {err} (qdq exports float, ggml and CQ4 tensors)",
@@ -320,6 +326,29 @@ fn stored_values(
         at(),
         e.shape
     )))
+}
+
+/// The values of a 3-D expert sidecar, expert after expert (each the
+/// oracle's weights of the 2-D matrix the kernels select): `E x N` rows.
+fn expert_values(
+    f: &weights_file::WeightsFile<'_>,
+    e: &Entry,
+) -> Result<(Vec<f32>, u64, usize), String> {
+    let ex = kernels::GgmlExperts::from_file(f).map_err(|err| err.to_string())?;
+    let (n, k) = (ex.rows(), ex.cols());
+    if e.shape != [ex.experts() as u64, n as u64, k as u64] {
+        return Err(format!(
+            "the file holds {} experts of {n} x {k}, the manifest says shape {:?}",
+            ex.experts(),
+            e.shape
+        ));
+    }
+    let mut w = Vec::new();
+    for x in 0..ex.experts() {
+        let m = kernels::Matrix::Ggml(ex.expert(x).map_err(|err| err.to_string())?);
+        w.extend(kernel_check::oracle::weights(&m).map_err(|err| format!("expert {x}: {err}"))?);
+    }
+    Ok((w, (ex.experts() * n) as u64, k))
 }
 
 /// The source model of `m`, each of its files checked against the

@@ -6,7 +6,8 @@
 //! GEMV run on every requested ISA with the fixed seeded Gaussian
 //! activations of [`kernel_check::check::activations`] (seed
 //! [`kernel_check::check::SEED`]), compared with the dequantize-then-f64 oracle
-//! and with the scalar tier bit for bit (`kernels::check`). For a single
+//! and with the scalar tier bit for bit (`kernels::check`); a 3-D expert
+//! sidecar is run expert by expert, every expert. For a single
 //! `.weights` file there is no hash to check.
 //!
 //! Output: a table (or `--json`). Any failure exits 1 with a one-line
@@ -380,7 +381,10 @@ fn table_report(isas: &[Isa], outcomes: &[Outcome]) -> String {
             row("-", "-", [dash(), dash(), dash(), dash(), result]);
             continue;
         };
-        let shape = format!("{}x{}", c.shape.0, c.shape.1);
+        let shape = match c.experts {
+            Some(e) => format!("{e}x{}x{} (experts)", c.shape.0, c.shape.1),
+            None => format!("{}x{}", c.shape.0, c.shape.1),
+        };
         if c.isas.is_empty() {
             let result = if c.problems.is_empty() && o.pass() {
                 "pass (no matrix: container checked)".into()
@@ -489,6 +493,7 @@ fn json_report(path: &Path, bundle: bool, isas: &[Isa], outcomes: &[Outcome]) ->
                 },
                 "kind": c.map(|c| c.kind.clone()),
                 "shape": c.map(|c| vec![c.shape.0, c.shape.1]),
+                "experts": c.and_then(|c| c.experts),
                 "problems": c.map(|c| c.problems.clone()).unwrap_or_default(),
                 "activation_ratio": c.and_then(|c| c.activation_ratio).map(num),
                 "error": o.io_error,

@@ -562,7 +562,7 @@ fn cq4_tensor_type_mixes_llama_cpp_sidecars_and_fp16() {
 
 /// Tensors keep mode cannot serve stay in the source, and the manifest,
 /// the plan and `inspect` say why: a 2-D IQ2_XXS matrix ("IQ2_XXS: no
-/// sidecar kernel"), a 3-D expert tensor, a 1-D norm.
+/// sidecar kernel"), a 3-D float expert tensor, a 1-D norm.
 #[test]
 fn tensors_without_sidecars_are_listed_with_the_reason() {
     let tmp = tempfile::tempdir().unwrap();
@@ -574,17 +574,14 @@ fn tensors_without_sidecars_are_listed_with_the_reason() {
             ty: 16,
             offset: 0,
         },
-        TInfo {
-            name: "blk.0.ffn_gate_exps.weight".into(),
-            dims: vec![32, 8, 2],
-            ty: 8,
-            offset: 544,
-        },
-        TInfo::f32("blk.0.attn_norm.weight", &[256], 1088),
+        // A float expert tensor: --qtype quantizes 2-D matrices only
+        // (quantized experts get expert sidecars: tests/moe.rs).
+        TInfo::f32("blk.0.ffn_gate_exps.weight", &[32, 8, 2], 544),
+        TInfo::f32("blk.0.attn_norm.weight", &[256], 2592),
     ];
     let kvs = [("general.architecture", "llama")];
     let input = tmp.path().join("mixed.gguf");
-    std::fs::write(&input, gguf_bytes(3, 3, 1, &kvs, &infos, 2112)).unwrap();
+    std::fs::write(&input, gguf_bytes(3, 3, 1, &kvs, &infos, 3616)).unwrap();
     let out = tmp.path().join("out");
     let o = convert_into(&input, &out, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -600,7 +597,7 @@ fn tensors_without_sidecars_are_listed_with_the_reason() {
         e["details"]["reason"].as_str().unwrap().to_string()
     };
     assert_eq!(reason("blk.0.attn_q.weight"), "IQ2_XXS: no sidecar kernel");
-    assert!(reason("blk.0.ffn_gate_exps.weight").starts_with("3-D"));
+    assert!(reason("blk.0.ffn_gate_exps.weight").starts_with("3-D float expert tensor"));
     assert!(reason("blk.0.attn_norm.weight").starts_with("1-D"));
     let o = convert(&["inspect".into(), input.clone().into_os_string()]);
     assert!(o.status.success(), "{}", stderr(&o));

@@ -1,4 +1,5 @@
-//! ggml sidecar files: whole ggml blocks, rows interleaved in groups of 4 or 8.
+//! ggml sidecar files: whole ggml blocks, rows interleaved in groups of 4 or 8
+//! (a 3-D expert tensor: each expert's rows, expert after expert).
 
 use std::io::Write;
 
@@ -6,7 +7,7 @@ use anyhow::{Context, Result};
 use ggml_quants::GgmlType;
 use rayon::prelude::*;
 use weights_file::format::Interleave;
-use weights_file::{interleave, Header};
+use weights_file::{interleave, Header, SidecarShape};
 
 use super::Ctx;
 use crate::failure::bad_input;
@@ -15,19 +16,27 @@ use crate::materialize;
 use crate::outdir::HashedFile;
 use crate::plan::Job;
 
-/// Layout details for the manifest and `inspect`.
-pub fn details(ty: GgmlType, factor: usize, n: u64, k: u64) -> serde_json::Value {
+/// Layout details for the manifest and `inspect` (per expert for an expert
+/// sidecar, with `experts` and `expert_bytes`).
+pub fn details(ty: GgmlType, factor: usize, shape: SidecarShape) -> serde_json::Value {
+    let SidecarShape { experts, n, k } = shape;
     let bs = ty.block_size() as u64;
-    serde_json::json!({
+    let row_bytes = k / bs * ty.type_size() as u64;
+    let mut d = serde_json::json!({
         "ggml_type": ty.to_string(),
         "interleave": factor,
         "block_weights": bs,
         "block_bytes": ty.type_size(),
         "blocks_per_row": k / bs,
-        "row_bytes": k / bs * ty.type_size() as u64,
+        "row_bytes": row_bytes,
         "interleaved_rows": n / factor as u64 * factor as u64,
         "tail_rows": n % factor as u64,
-    })
+    });
+    if let Some(e) = experts {
+        d["experts"] = serde_json::json!(e);
+        d["expert_bytes"] = serde_json::json!(n.saturating_mul(row_bytes));
+    }
+    d
 }
 
 /// Repack whole rows (`rows` of them, starting at a multiple of `factor`)
@@ -63,16 +72,30 @@ pub fn write(
     requantize: bool,
 ) -> Result<Entry> {
     let t = job.tensor;
-    let (n, k) = (t.shape[0], t.shape[1]);
+    let shape = crate::plan::sidecar_shape(t).ok_or_else(|| {
+        bad_input(format!(
+            "{}: shape {:?} is neither a matrix nor a 3-D expert tensor",
+            ctx.at(job),
+            t.shape
+        ))
+    })?;
+    let (n, k) = (shape.n, shape.k);
     let factor = il.factor();
-    let header = Header::sidecar(ty, il, n, k).ok_or_else(|| {
+    let header = Header::sidecar_of(ty, il, shape).ok_or_else(|| {
         bad_input(format!(
             "{}: row length {k} is not a multiple of the {ty} block size {}",
             ctx.at(job),
             ty.block_size()
         ))
     })?;
-    let row_bytes = (header.data_bytes / n) as usize;
+    if requantize && shape.experts.is_some() {
+        // The plan requantizes 2-D matrices only (Stay::Experts).
+        return Err(anyhow::anyhow!(
+            "{}: expert tensors are not requantized",
+            ctx.at(job)
+        ));
+    }
+    let row_bytes = (header.data_bytes / shape.rows().unwrap_or(1).max(1)) as usize;
     let mut w = ctx.out.create(&job.file)?;
     w.write_all(&weights_file::write::prefix(&header, &[])?)?;
     let mut buf = Vec::new();
@@ -108,20 +131,25 @@ pub fn write(
         let data = ctx.cat.data(t);
         if data.len() as u64 != header.data_bytes {
             return Err(bad_input(format!(
-                "{}: {} bytes of data, {n} rows of {row_bytes} bytes expected",
+                "{}: {} bytes of data, {} rows of {row_bytes} bytes expected",
                 ctx.at(job),
-                data.len()
+                data.len(),
+                shape.rows().unwrap_or(u64::MAX)
             )));
         }
         // Groups of rows at a time: never the whole tensor twice in memory.
+        // Experts one after the other, each interleaved as a 2-D matrix of
+        // `n` rows (its own tail rows plain).
         let step = ((8 << 20) / (factor * row_bytes)).max(1) * factor;
-        for chunk in data.chunks(step * row_bytes) {
-            write_rows(&mut w, chunk, row_bytes, ty.type_size(), factor, &mut buf)
-                .with_context(|| ctx.at(job))?;
+        for expert in data.chunks(n as usize * row_bytes) {
+            for chunk in expert.chunks(step * row_bytes) {
+                write_rows(&mut w, chunk, row_bytes, ty.type_size(), factor, &mut buf)
+                    .with_context(|| ctx.at(job))?;
+            }
         }
     }
     let done = w.commit()?;
-    let mut d = details(ty, factor, n, k);
+    let mut d = details(ty, factor, shape);
     if requantize {
         // Whether ggml's importance-weighted search made these bytes.
         d["importance_matrix"] =

@@ -183,22 +183,14 @@ impl<'a> GgmlMatrix<'a> {
     /// ROW_INTERLEAVE_4 / _8; neither flag = plain row-major).
     pub fn from_file(f: &WeightsFile<'a>) -> Result<Self, KernelError> {
         let h = f.header();
-        let Some(Precision::Ggml(id)) = h.precision() else {
-            return Err(KernelError::Unsupported(format!(
-                "precision {:#x} is not a ggml type",
-                h.precision
-            )));
-        };
-        let format = GgmlType::from_id(id)
-            .and_then(QuantFormat::from_ggml)
-            .ok_or_else(|| KernelError::Unsupported(format!("ggml type id {id}")))?;
+        sidecar_format(f)?;
         if h.ndim != 2 {
-            return Err(KernelError::Shape(format!("ndim {} (want 2)", h.ndim)));
+            return Err(KernelError::Shape(format!(
+                "ndim {} (want 2; a 3-D expert sidecar is read with GgmlExperts)",
+                h.ndim
+            )));
         }
-        let layout = match h.interleave() {
-            Some(il) => RowLayout::Interleaved(il.factor()),
-            None => RowLayout::RowMajor,
-        };
+        let (format, layout) = sidecar_format(f)?;
         let n = usize::try_from(h.dims[0]).map_err(|_| KernelError::Shape("N".into()))?;
         let k = usize::try_from(h.dims[1]).map_err(|_| KernelError::Shape("K".into()))?;
         Self::new(format, layout, n, k, f.data())
@@ -298,6 +290,159 @@ impl<'a> GgmlMatrix<'a> {
         };
         split_rows(y, GROUP_ROWS, exec, task);
         Ok(())
+    }
+}
+
+/// The format and row layout of a ggml container (precision `0x100 | ggml
+/// id`, flags ROW_INTERLEAVE_4 / _8; neither flag = plain row-major).
+fn sidecar_format(f: &WeightsFile<'_>) -> Result<(QuantFormat, RowLayout), KernelError> {
+    let h = f.header();
+    let Some(Precision::Ggml(id)) = h.precision() else {
+        return Err(KernelError::Unsupported(format!(
+            "precision {:#x} is not a ggml type",
+            h.precision
+        )));
+    };
+    let format = GgmlType::from_id(id)
+        .and_then(QuantFormat::from_ggml)
+        .ok_or_else(|| KernelError::Unsupported(format!("ggml type id {id}")))?;
+    let layout = match h.interleave() {
+        Some(il) => RowLayout::Interleaved(il.factor()),
+        None => RowLayout::RowMajor,
+    };
+    Ok((format, layout))
+}
+
+/// The expert matrices of a MoE tensor `[E, N, K]` over borrowed bytes:
+/// `E` matrices `[N, K]` stored one after the other, each laid out exactly
+/// as a 2-D matrix of the same layout (`docs/FORMAT.md` §sidecar, "Expert
+/// tensors"). [`GgmlExperts::expert`] is a [`GgmlMatrix`] over one expert's
+/// bytes, so every tier runs the 2-D kernels on it unchanged.
+#[derive(Debug, Clone, Copy)]
+pub struct GgmlExperts<'a> {
+    format: QuantFormat,
+    layout: RowLayout,
+    experts: usize,
+    n: usize,
+    k: usize,
+    data: &'a [u8],
+}
+
+impl<'a> GgmlExperts<'a> {
+    /// `experts` matrices of `n` rows of `k` weights stored as `format` in
+    /// `layout`, one after the other in `data`.
+    pub fn new(
+        format: QuantFormat,
+        layout: RowLayout,
+        experts: usize,
+        n: usize,
+        k: usize,
+        data: &'a [u8],
+    ) -> Result<Self, KernelError> {
+        if experts == 0 {
+            return Err(KernelError::Shape(format!(
+                "{} expert tensor with 0 experts",
+                format.ggml_type()
+            )));
+        }
+        // The geometry of one expert (checked like any 2-D matrix) ...
+        let qk = format.block_weights();
+        if n == 0 || k == 0 || !k.is_multiple_of(qk) {
+            return Err(KernelError::Shape(format!(
+                "{} experts {n} x {k}: K must be a positive multiple of {qk}",
+                format.ggml_type()
+            )));
+        }
+        let bytes = (k / qk)
+            .checked_mul(format.block_bytes())
+            .and_then(|rb| rb.checked_mul(n))
+            .and_then(|eb| eb.checked_mul(experts))
+            .ok_or_else(|| KernelError::Shape(format!("{experts} x {n} x {k} overflows")))?;
+        // ... and all of them.
+        check_len("ggml expert data", bytes, data.len())?;
+        let m = GgmlExperts {
+            format,
+            layout,
+            experts,
+            n,
+            k,
+            data,
+        };
+        m.expert(0)?;
+        Ok(m)
+    }
+
+    /// The experts of a 3-D sidecar container (`[E, N, K]`).
+    pub fn from_file(f: &WeightsFile<'a>) -> Result<Self, KernelError> {
+        let (format, layout) = sidecar_format(f)?;
+        let h = f.header();
+        if h.ndim != 3 {
+            return Err(KernelError::Shape(format!(
+                "ndim {} (an expert sidecar is 3-D)",
+                h.ndim
+            )));
+        }
+        let dim = |i: usize, what: &str| {
+            usize::try_from(h.dims[i]).map_err(|_| KernelError::Shape(what.into()))
+        };
+        Self::new(
+            format,
+            layout,
+            dim(0, "experts")?,
+            dim(1, "N")?,
+            dim(2, "K")?,
+            f.data(),
+        )
+    }
+
+    /// Number of experts `E`.
+    pub fn experts(&self) -> usize {
+        self.experts
+    }
+    /// The format.
+    pub fn format(&self) -> QuantFormat {
+        self.format
+    }
+    /// The row layout of each expert.
+    pub fn layout(&self) -> RowLayout {
+        self.layout
+    }
+    /// Rows `N` of each expert.
+    pub fn rows(&self) -> usize {
+        self.n
+    }
+    /// Weights `K` per row.
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+    /// Bytes of one expert (`N x row bytes`).
+    pub fn expert_bytes(&self) -> usize {
+        self.data.len() / self.experts
+    }
+
+    /// Expert `e` as a 2-D matrix over its own bytes (`e < experts()`).
+    pub fn expert(&self, e: usize) -> Result<GgmlMatrix<'a>, KernelError> {
+        if e >= self.experts {
+            return Err(KernelError::Shape(format!(
+                "expert {e} of {}",
+                self.experts
+            )));
+        }
+        let eb = self.expert_bytes();
+        let bytes = &self.data[e * eb..(e + 1) * eb];
+        GgmlMatrix::new(self.format, self.layout, self.n, self.k, bytes)
+    }
+
+    /// `y = W_e x`: [`Gemv::gemv`] of expert `e`.
+    pub fn gemv_expert(
+        &self,
+        e: usize,
+        x: &[f32],
+        y: &mut [f32],
+        ws: &mut Workspace,
+        exec: Exec,
+    ) -> GemvResult {
+        self.expert(e)?.gemv(x, y, ws, exec)
     }
 }
 

@@ -11,6 +11,8 @@
 //!   (`is_x86_feature_detected!`, cached; `CONVERT_FORCE_ISA` caps it).
 //! - `aarch64::neon` (`sdot`), `aarch64::sme2` (SME2 `luti4` + ZA `sdot`
 //!   for the CQ4 panels): the aarch64 tiers, same signatures, same bits.
+//! - [`GgmlExperts`]: the experts of a 3-D MoE sidecar; each
+//!   [`GgmlExperts::expert`] is a [`GgmlMatrix`] over that expert's bytes.
 //! - [`GgmlMatrix`], [`PanelMatrix`], [`FloatMatrix`]: zero-copy views over
 //!   container regions implementing [`Gemv`]; activations are quantized once
 //!   per call into a reusable [`Workspace`] (ISA-independent), then output
@@ -76,7 +78,7 @@ pub use dispatch::{available, best, Exec, Isa};
 pub use error::{check_len, KernelError};
 pub use float::{FloatMatrix, FloatType};
 pub use gemv::{Dims, Gemv, GemvResult};
-pub use ggml::{GgmlMatrix, QuantFormat, RowLayout};
+pub use ggml::{GgmlExperts, GgmlMatrix, QuantFormat, RowLayout};
 pub use matrix::Matrix;
 pub use panel::PanelMatrix;
 pub use weights_file::panel::RotationFamily;

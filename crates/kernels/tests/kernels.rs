@@ -255,3 +255,65 @@ fn random_shapes_every_tier_and_layout() {
         }
     }
 }
+
+/// A MoE tensor `[E, N, K]` in every layout: expert `e` of the stacked
+/// bytes gives, on every tier, the scalar GEMV of that expert's own plain
+/// bytes (quantized separately, never interleaved) bit for bit, and out of
+/// range experts or short data are errors.
+#[test]
+fn expert_selection_equals_the_2d_gemv_of_that_expert() {
+    use kernels::GgmlExperts;
+    const E: usize = 3;
+    for format in ALL_FORMATS {
+        // 11 rows: one R8 group + 3 tail rows, two R4 groups + 3 tail rows.
+        let (n, k) = (11, 2 * format.block_weights());
+        let x = gaussian(77, k);
+        let plains: Vec<Vec<u8>> = (0..E)
+            .map(|e| ggml_plain(format, n, k, 300 + e as u64))
+            .collect();
+        let wants: Vec<Vec<f32>> = plains
+            .iter()
+            .map(|p| {
+                let m = GgmlMatrix::new(format, RowLayout::RowMajor, n, k, p).unwrap();
+                run(&m, &x, Isa::Scalar, false)
+            })
+            .collect();
+        assert_ne!(
+            bits(&wants[0]),
+            bits(&wants[1]),
+            "{format:?}: experts differ"
+        );
+        for layout in LAYOUTS {
+            let mut stacked = Vec::new();
+            for p in &plains {
+                stacked.extend_from_slice(in_layout(format, n, k, p, layout).as_slice());
+            }
+            let data = AlignedBytes::copy_of(&stacked);
+            let ex = GgmlExperts::new(format, layout, E, n, k, data.as_slice()).unwrap();
+            assert_eq!(
+                (ex.experts(), ex.rows(), ex.cols(), ex.expert_bytes()),
+                (E, n, k, plains[0].len())
+            );
+            for (e, want) in wants.iter().enumerate() {
+                let m = ex.expert(e).unwrap();
+                let what = format!("{format:?} {layout:?} expert {e}");
+                every_tier_gives(&m, &x, want, &what);
+                let mut y = vec![0f32; n];
+                let mut ws = kernels::Workspace::new();
+                ex.gemv_expert(
+                    e,
+                    &x,
+                    &mut y,
+                    &mut ws,
+                    kernels::Exec::new(Isa::Scalar, false),
+                )
+                .unwrap();
+                assert_eq!(bits(&y), bits(want), "{what} gemv_expert");
+            }
+            assert!(ex.expert(E).is_err(), "{format:?}: expert {E} of {E}");
+            let short = &data.as_slice()[..data.as_slice().len() - 1];
+            assert!(GgmlExperts::new(format, layout, E, n, k, short).is_err());
+            assert!(GgmlExperts::new(format, layout, 0, n, k, &[]).is_err());
+        }
+    }
+}

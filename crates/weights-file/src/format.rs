@@ -222,6 +222,59 @@ impl Interleave {
     }
 }
 
+/// The shape of a sidecar: one matrix `[n, k]` (ndim 2), or `experts`
+/// matrices `[n, k]` stored one after the other (ndim 3, `[experts, n, k]`:
+/// a MoE expert tensor, `docs/FORMAT.md` §sidecar, "Expert tensors").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SidecarShape {
+    /// `Some(E)` for a 3-D expert tensor, `None` for a 2-D matrix.
+    pub experts: Option<u64>,
+    /// Rows of each matrix.
+    pub n: u64,
+    /// Weights per row.
+    pub k: u64,
+}
+
+impl SidecarShape {
+    /// A 2-D matrix `[n, k]`.
+    pub fn matrix(n: u64, k: u64) -> Self {
+        SidecarShape {
+            experts: None,
+            n,
+            k,
+        }
+    }
+
+    /// `experts` matrices `[n, k]` (`[experts, n, k]`).
+    pub fn experts(experts: u64, n: u64, k: u64) -> Self {
+        SidecarShape {
+            experts: Some(experts),
+            n,
+            k,
+        }
+    }
+
+    /// The shape of a source tensor: 2-D `[n, k]` or 3-D `[e, n, k]`
+    /// (`None` for other ranks).
+    pub fn of(shape: &[u64]) -> Option<Self> {
+        match *shape {
+            [n, k] => Some(Self::matrix(n, k)),
+            [e, n, k] => Some(Self::experts(e, n, k)),
+            _ => None,
+        }
+    }
+
+    /// Matrices stored (1 for a 2-D sidecar).
+    pub fn count(&self) -> u64 {
+        self.experts.unwrap_or(1)
+    }
+
+    /// Rows of all matrices together (`count x n`; `None` on overflow).
+    pub fn rows(&self) -> Option<u64> {
+        self.count().checked_mul(self.n)
+    }
+}
+
 /// The decoded header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
@@ -294,20 +347,44 @@ impl Header {
     /// A header for a ggml sidecar `[n, k]` of type `ty` (`None` when `k` is
     /// not whole blocks or the size overflows).
     pub fn sidecar(ty: GgmlType, interleave: Interleave, n: u64, k: u64) -> Option<Self> {
+        Self::sidecar_of(ty, interleave, SidecarShape::matrix(n, k))
+    }
+
+    /// A header for a ggml sidecar of `shape` (2-D, or 3-D `[experts, n, k]`
+    /// for MoE expert tensors; `None` when `k` is not whole blocks or the
+    /// size overflows). `original_N` is `dims[0]`, as in every file.
+    pub fn sidecar_of(ty: GgmlType, interleave: Interleave, shape: SidecarShape) -> Option<Self> {
+        let SidecarShape { experts, n, k } = shape;
         let bs = ty.block_size() as u64;
         let row_bytes = ty.row_bytes(k)?;
+        let (ndim, dims) = match experts {
+            None => (2, dims_of(&[n, k])),
+            Some(e) => (3, dims_of(&[e, n, k])),
+        };
         Some(Header {
             flags: interleave.flag(),
             alignment: SIDECAR_ALIGNMENT,
-            ndim: 2,
-            dims: dims_of(&[n, k]),
+            ndim,
+            dims,
             precision: Precision::ggml(ty).code(),
-            data_bytes: n.checked_mul(row_bytes)?,
+            data_bytes: shape.rows()?.checked_mul(row_bytes)?,
             scales_bytes: 0,
             group_size: u32::try_from(bs).ok()?,
             num_groups: u32::try_from(k / bs).ok()?,
-            original_n: n,
+            original_n: dims[0],
         })
+    }
+
+    /// The matrix shape of a sidecar header (`None` for other precisions
+    /// or an `ndim` other than 2 and 3; nothing else is validated).
+    pub fn sidecar_shape(&self) -> Option<SidecarShape> {
+        self.precision()?.ggml_type()?;
+        let d = &self.dims;
+        match self.ndim {
+            2 => Some(SidecarShape::matrix(d[0], d[1])),
+            3 => Some(SidecarShape::experts(d[0], d[1], d[2])),
+            _ => None,
+        }
     }
 
     /// A header for a CQ4 packed-panel tensor of geometry `g` (group size

@@ -23,7 +23,7 @@ pub mod panel_view;
 pub mod read;
 pub mod write;
 
-pub use format::{flags, Header, Interleave, Layout, Precision};
+pub use format::{flags, Header, Interleave, Layout, Precision, SidecarShape};
 pub use panel_view::PanelView;
 pub use read::{ContainerError, WeightsFile};
 pub use write::AtomicFile;

@@ -324,13 +324,14 @@ fn validate_sidecar(h: &Header, id: u32) -> Result<(), ContainerError> {
             "a sidecar sets exactly one of ROW_INTERLEAVE_4 and ROW_INTERLEAVE_8",
         ));
     }
-    if h.ndim != 2 {
+    // 2-D `[N, K]`, or 3-D `[E, N, K]`: E expert matrices one after the other.
+    let Some(shape) = h.sidecar_shape() else {
         return Err(ContainerError::BadShape(format!(
-            "sidecar files are 2-D, ndim is {}",
+            "sidecar files are 2-D (or 3-D expert tensors), ndim is {}",
             h.ndim
         )));
-    }
-    let (n, k) = (h.dims[0], h.dims[1]);
+    };
+    let (n, k) = (shape.n, shape.k);
     let bs = ty.block_size() as u64;
     if u64::from(h.group_size) != bs || k % bs != 0 || k / bs != u64::from(h.num_groups) {
         return Err(bad(
@@ -342,16 +343,23 @@ fn validate_sidecar(h: &Header, id: u32) -> Result<(), ContainerError> {
             ),
         ));
     }
-    let want = n
+    let rows = shape
+        .rows()
+        .ok_or(ContainerError::Overflow("sidecar rows"))?;
+    let want = rows
         .checked_mul(u64::from(h.num_groups))
         .and_then(|v| v.checked_mul(ty.type_size() as u64))
         .ok_or(ContainerError::Overflow("sidecar data size"))?;
     if h.data_bytes != want {
+        let experts = match shape.experts {
+            Some(e) => format!("{e} experts x {n} rows"),
+            None => format!("{n} rows"),
+        };
         return Err(bad(
             "data_bytes",
             h.data_bytes,
             format!(
-                "{n} rows x {} blocks x {} bytes = {want}",
+                "{experts} x {} blocks x {} bytes = {want}",
                 h.num_groups,
                 ty.type_size()
             ),
@@ -364,11 +372,11 @@ fn validate_sidecar(h: &Header, id: u32) -> Result<(), ContainerError> {
             "sidecars have no scales (0)",
         ));
     }
-    if h.original_n != n {
+    if h.original_n != h.dims[0] {
         return Err(bad(
             "original_N",
             h.original_n,
-            format!("equals dims[0] = {n}"),
+            format!("equals dims[0] = {}", h.dims[0]),
         ));
     }
     Ok(())
@@ -464,6 +472,64 @@ mod tests {
         assert_eq!(f.layout.data_offset, 96);
         assert_eq!(f.data()[0], 1);
         assert_eq!(f.header().to_bytes(), f.header_bytes());
+    }
+
+    /// A 3-D expert sidecar: E x N x K Q8_0 (34-byte blocks of 32).
+    fn expert_file(e: u64, n: u64, k: u64) -> Vec<u8> {
+        let shape = crate::SidecarShape::experts(e, n, k);
+        let h = Header::sidecar_of(GgmlType::Q8_0, crate::Interleave::R8, shape).unwrap();
+        let mut b = prefix(&h, &[]).unwrap();
+        b.resize(b.len() + h.data_bytes as usize, 0);
+        b
+    }
+
+    #[test]
+    fn expert_sidecars_are_3d_with_every_expert_counted() {
+        let b = expert_file(3, 5, 64);
+        let f = WeightsFile::parse(&b).unwrap();
+        let h = f.header();
+        assert_eq!((h.ndim, h.shape()), (3, &[3u64, 5, 64][..]));
+        assert_eq!(h.data_bytes, 3 * 5 * 2 * 34);
+        assert_eq!(h.original_n, 3, "original_N = dims[0], as in every file");
+        assert_eq!(
+            h.sidecar_shape(),
+            Some(crate::SidecarShape::experts(3, 5, 64))
+        );
+        assert_eq!(
+            f.layout.data_offset, 128,
+            "the 84-byte header: no EXTENDED_SHAPE"
+        );
+        // A 2-D sidecar of the same bytes per expert still reads.
+        let h2 = Header::sidecar(GgmlType::Q8_0, crate::Interleave::R8, 5, 64).unwrap();
+        assert_eq!(h2.ndim, 2);
+        assert_eq!(h2.sidecar_shape(), Some(crate::SidecarShape::matrix(5, 64)));
+        // Data one expert short, original_N = N, ndim 4: rejected.
+        let mut short = b.clone();
+        short[52..60].copy_from_slice(&(2u64 * 5 * 2 * 34).to_le_bytes());
+        short.truncate(short.len() - 5 * 2 * 34);
+        assert!(matches!(
+            WeightsFile::parse(&short),
+            Err(ContainerError::BadField {
+                field: "data_bytes",
+                ..
+            })
+        ));
+        let mut on = b.clone();
+        on[76..84].copy_from_slice(&5u64.to_le_bytes());
+        assert!(matches!(
+            WeightsFile::parse(&on),
+            Err(ContainerError::BadField {
+                field: "original_N",
+                ..
+            })
+        ));
+        let mut d4 = b.clone();
+        d4[12] = 4;
+        d4[40..48].copy_from_slice(&1u64.to_le_bytes());
+        assert!(matches!(
+            WeightsFile::parse(&d4),
+            Err(ContainerError::BadShape(_))
+        ));
     }
 
     #[test]
