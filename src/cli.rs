@@ -64,6 +64,25 @@ pub enum Command {
     ///
     ///   convert merge out/
     Merge(MergeArgs),
+    /// Write a self-contained HTML quality report of a bundle (and the same
+    /// data as JSON with --json): source, options, sizes and bits per
+    /// weight overall and per tensor kind; per tensor its shape, layout,
+    /// bytes, bits per weight, reconstruction error against the source
+    /// (with --source) and the verify result on every ISA; inline SVG plots
+    /// (error per layer and kind, bytes per kind, error histogram); the
+    /// perplexity table of --perplexity-json. No network, no scripts.
+    ///
+    ///   convert report out/ -o report.html --json report.json --source model/
+    Report(ReportArgs),
+    /// Print the completion script of a shell (bash, zsh, fish) on stdout,
+    /// generated from these very argument definitions.
+    ///
+    ///   convert completions bash > ~/.local/share/bash-completion/completions/convert
+    Completions(CompletionsArgs),
+    /// Print the man page convert(1) (roff) on stdout.
+    ///
+    ///   convert man > ~/.local/share/man/man1/convert.1
+    Man,
 }
 
 /// `convert merge`.
@@ -80,6 +99,52 @@ pub struct MergeArgs {
     /// Print a JSON summary on stdout when done.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `convert report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A bundle folder (with manifest.json) written by convert.
+    pub bundle: PathBuf,
+    /// The HTML file to write (replaced atomically if it exists).
+    #[arg(long, short, value_name = "FILE", default_value = "report.html")]
+    pub output: PathBuf,
+    /// Also write the report's data as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// The model the bundle was made from (file or folder; its files must
+    /// have the sha256 the manifest records): adds the reconstruction error
+    /// of every tensor.
+    #[arg(long, value_name = "MODEL")]
+    pub source: Option<PathBuf>,
+    /// Perplexity figures to show (JSON, schema `convert-perplexity` v1:
+    /// README, "Reports"; `scripts/quality` does not write it yet).
+    #[arg(long, value_name = "FILE")]
+    pub perplexity_json: Option<PathBuf>,
+    /// Which kernels verify runs: all (every ISA this CPU has), scalar,
+    /// avx2, avx512, neon, sme2.
+    #[arg(long, value_enum, default_value = "all")]
+    pub isa: IsaArg,
+    /// No progress bar or summary on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// `convert completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: ShellArg,
+}
+
+/// Shells `convert completions` writes scripts for.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShellArg {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 /// `convert qdq`.
@@ -144,6 +209,9 @@ pub struct VerifyArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// No progress bar on stderr (it is shown only on a terminal anyway).
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 /// `convert inspect`.
@@ -529,6 +597,12 @@ pub struct ConvertArgs {
     /// Print a JSON summary on stdout when done.
     #[arg(long)]
     pub json: bool,
+
+    /// When done, write the bundle's HTML quality report to FILE (as
+    /// `convert report OUTPUT -o FILE --source INPUT`: errors against the
+    /// source, verify on every ISA).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 }
 
 #[cfg(test)]
@@ -584,6 +658,26 @@ mod tests {
             Cli::try_parse_from(["convert", "--seed", "1", "a", "b"]).is_err(),
             "--seed needs --bits"
         );
+    }
+
+    #[test]
+    fn report_and_completions_subcommands() {
+        let c = Cli::try_parse_from(["convert", "report", "out", "--json", "r.json"]).unwrap();
+        let Some(Command::Report(r)) = c.command else {
+            panic!("not report: {c:?}");
+        };
+        assert_eq!(r.output, PathBuf::from("report.html"));
+        assert_eq!(r.json, Some(PathBuf::from("r.json")));
+        let c = Cli::try_parse_from(["convert", "completions", "zsh"]).unwrap();
+        assert!(matches!(
+            c.command,
+            Some(Command::Completions(CompletionsArgs {
+                shell: ShellArg::Zsh
+            }))
+        ));
+        assert!(Cli::try_parse_from(["convert", "completions", "tcsh"]).is_err());
+        let c = Cli::try_parse_from(["convert", "a", "b", "--report", "r.html"]).unwrap();
+        assert_eq!(c.convert.report, Some(PathBuf::from("r.html")));
     }
 
     #[test]

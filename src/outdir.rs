@@ -753,6 +753,18 @@ impl Write for HashedFile {
     }
 }
 
+/// Write `bytes` to `path` as a whole (a report, not part of a bundle): a
+/// create-new temporary beside it, synced, then renamed over `path`, so
+/// there is never a half-written file and a link at `path` is replaced,
+/// not followed.
+pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f =
+        AtomicFile::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    f.write_all(bytes)
+        .and_then(|()| f.commit())
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

@@ -402,6 +402,65 @@ fn source_values(cat: &Catalogue, e: &Entry) -> Result<(Vec<f32>, u64, usize)> {
     Ok((v, rows, k as usize))
 }
 
+/// A bundle's tensors dequantized next to its source's values: what
+/// `convert report` measures the reconstruction error with (the same
+/// dequantization and undo steps as the export).
+pub struct Pairs<'m> {
+    dir: &'m Path,
+    exports: Vec<Export<'m>>,
+    source: Catalogue,
+    gguf: bool,
+}
+
+impl<'m> Pairs<'m> {
+    /// Bundle `dir` with manifest `m` and its source model `source` (each
+    /// source file checked against the manifest's sha256).
+    pub fn open(dir: &'m Path, m: &'m Manifest, source: &Path) -> Result<Self> {
+        let has_meta = m.extra_files.iter().any(|x| x.file == GGUF_METADATA);
+        let meta = if has_meta {
+            gguf_metadata(dir)?
+        } else {
+            Vec::new()
+        };
+        let source = open_source(source, m)?;
+        let exports = exports(m, &meta, true, true)?;
+        Ok(Pairs {
+            dir,
+            exports,
+            source,
+            gguf: m.source.kind == "gguf",
+        })
+    }
+
+    /// `(dequantized, source)` values of tensor `name`, both in the
+    /// source's element order and value convention (transforms undone);
+    /// `None` when the bundle holds no file for it.
+    pub fn values(&self, name: &str) -> Result<Option<(Vec<f32>, Vec<f32>)>> {
+        let Some(x) = self
+            .exports
+            .iter()
+            .find(|x| x.entry.tensor == name && x.entry.file.is_some())
+        else {
+            return Ok(None);
+        };
+        let (stored, rows, k) = stored_values(self.dir, x.entry, None)?;
+        let deq = if self.gguf {
+            x.to_gguf(&stored, rows, k)?
+        } else {
+            x.to_hf(&stored, rows, k)?
+        };
+        let (src, _, _) = source_values(&self.source, x.entry)?;
+        if src.len() != deq.len() {
+            return Err(bad_input(format!(
+                "tensor '{name}': the bundle holds {} values, the source {}",
+                deq.len(),
+                src.len()
+            )));
+        }
+        Ok(Some((deq, src)))
+    }
+}
+
 /// `convert qdq`.
 pub fn run(args: &QdqArgs) -> Result<()> {
     crate::signals::install()?;

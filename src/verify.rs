@@ -17,6 +17,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
+use indicatif::ProgressBar;
 use kernel_check::check::{check_container_with, FileCheck};
 use kernels::aligned::AlignedBytes;
 use kernels::Isa;
@@ -59,16 +60,19 @@ struct Target {
 }
 
 /// The outcome for one file.
-struct Outcome {
-    name: String,
+pub struct Outcome {
+    /// The file (relative to the bundle).
+    pub name: String,
     hash: Hash,
     /// Could not read the file, bad manifest name, ...
     io_error: Option<String>,
-    check: Option<FileCheck>,
+    /// The numeric checks (tensor containers).
+    pub check: Option<FileCheck>,
 }
 
 impl Outcome {
-    fn pass(&self) -> bool {
+    /// Hash, validation and every ISA passed.
+    pub fn pass(&self) -> bool {
         self.io_error.is_none()
             && self.hash != Hash::Mismatch
             && self.check.as_ref().is_none_or(FileCheck::pass)
@@ -141,16 +145,20 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
             p.display()
         )));
     };
-    let outcomes: Vec<Outcome> = targets
-        .iter()
-        .map(|t| verify_one(t, &isas, args.no_hash, true))
-        .collect();
+    let pb = crate::progress::bar(targets.len() as u64, "files", args.quiet);
+    let outcomes = verify_targets(&targets, &isas, args.no_hash, &pb);
+    pb.finish_and_clear();
     let text = if args.json {
         json_report(p, bundle, &isas, &outcomes)?
     } else {
         table_report(&isas, &outcomes)
     };
     print!("{text}");
+    failures(&outcomes)
+}
+
+/// `Err` naming every failed file (`Ok` when all passed).
+fn failures(outcomes: &[Outcome]) -> Result<()> {
     let failed: Vec<&Outcome> = outcomes.iter().filter(|o| !o.pass()).collect();
     if failed.is_empty() {
         return Ok(());
@@ -165,6 +173,32 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
         outcomes.len(),
         list.join(", ")
     ))
+}
+
+/// `convert verify` of bundle folder `dir` on `isas` (hashes checked, the
+/// end-to-end error computed), one tick of `pb` per file: what `convert
+/// report` shows.
+pub fn verify_bundle(dir: &Path, isas: &[Isa], pb: &ProgressBar) -> Result<Vec<Outcome>> {
+    let targets = bundle_targets(dir)?;
+    pb.set_length(targets.len() as u64);
+    Ok(verify_targets(&targets, isas, false, pb))
+}
+
+fn verify_targets(
+    targets: &[Target],
+    isas: &[Isa],
+    no_hash: bool,
+    pb: &ProgressBar,
+) -> Vec<Outcome> {
+    targets
+        .iter()
+        .map(|t| {
+            pb.set_message(t.name.clone());
+            let o = verify_one(t, isas, no_hash, true);
+            pb.inc(1);
+            o
+        })
+        .collect()
 }
 
 /// The check `convert` runs on the bundle it has just written (unless
@@ -243,7 +277,7 @@ pub fn check_files(dir: &Path, files: &[(String, bool)]) -> Result<(usize, &'sta
 
 /// `all` = every ISA usable here; otherwise one named ISA, which must be
 /// usable.
-fn select_isas(arg: IsaArg) -> Result<Vec<Isa>> {
+pub fn select_isas(arg: IsaArg) -> Result<Vec<Isa>> {
     if let Some(msg) = kernels::dispatch::force_error() {
         return Err(bad_input(msg.to_string()));
     }
@@ -472,6 +506,20 @@ fn table_report(isas: &[Isa], outcomes: &[Outcome]) -> String {
 }
 
 fn json_report(path: &Path, bundle: bool, isas: &[Isa], outcomes: &[Outcome]) -> Result<String> {
+    let files = files_json(outcomes);
+    let v = serde_json::json!({
+        "path": path.display().to_string(),
+        "bundle": bundle,
+        "isas": isas.iter().map(|i| i.name()).collect::<Vec<_>>(),
+        "activation_seed": format!("{:#018x}", kernel_check::check::SEED),
+        "files": files,
+        "pass": outcomes.iter().all(Outcome::pass),
+    });
+    Ok(serde_json::to_string_pretty(&v).context("JSON report")? + "\n")
+}
+
+/// One JSON object per file, as `convert verify --json` prints them.
+pub fn files_json(outcomes: &[Outcome]) -> Vec<serde_json::Value> {
     let num = |v: f64| {
         if v.is_finite() {
             serde_json::json!(v)
@@ -479,7 +527,7 @@ fn json_report(path: &Path, bundle: bool, isas: &[Isa], outcomes: &[Outcome]) ->
             serde_json::json!(v.to_string())
         }
     };
-    let files: Vec<serde_json::Value> = outcomes
+    outcomes
         .iter()
         .map(|o| {
             let c = o.check.as_ref();
@@ -517,14 +565,5 @@ fn json_report(path: &Path, bundle: bool, isas: &[Isa], outcomes: &[Outcome]) ->
                 "pass": o.pass(),
             })
         })
-        .collect();
-    let v = serde_json::json!({
-        "path": path.display().to_string(),
-        "bundle": bundle,
-        "isas": isas.iter().map(|i| i.name()).collect::<Vec<_>>(),
-        "activation_seed": format!("{:#018x}", kernel_check::check::SEED),
-        "files": files,
-        "pass": outcomes.iter().all(Outcome::pass),
-    });
-    Ok(serde_json::to_string_pretty(&v).context("JSON report")? + "\n")
+        .collect()
 }
