@@ -600,8 +600,9 @@ pub struct ConvertArgs {
 
     /// When done, write the bundle's HTML quality report to FILE (as
     /// `convert report OUTPUT -o FILE --source INPUT`: errors against the
-    /// source, verify on every ISA).
-    #[arg(long, value_name = "FILE")]
+    /// source, verify on every ISA). Not with --shard (run `convert
+    /// report` after `convert merge`) or --dry-run.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["shard", "dry_run"])]
     pub report: Option<PathBuf>,
 }
 
