@@ -476,8 +476,8 @@ mod tests {
 
     /// A 3-D expert sidecar: E x N x K Q8_0 (34-byte blocks of 32).
     fn expert_file(e: u64, n: u64, k: u64) -> Vec<u8> {
-        let shape = crate::SidecarShape::experts(e, n, k);
-        let h = Header::sidecar_of(GgmlType::Q8_0, crate::Interleave::R8, shape).unwrap();
+        let shape = crate::format::SidecarShape::experts(e, n, k);
+        let h = Header::sidecar_of(GgmlType::Q8_0, crate::format::Interleave::R8, shape).unwrap();
         let mut b = prefix(&h, &[]).unwrap();
         b.resize(b.len() + h.data_bytes as usize, 0);
         b
@@ -493,16 +493,19 @@ mod tests {
         assert_eq!(h.original_n, 3, "original_N = dims[0], as in every file");
         assert_eq!(
             h.sidecar_shape(),
-            Some(crate::SidecarShape::experts(3, 5, 64))
+            Some(crate::format::SidecarShape::experts(3, 5, 64))
         );
         assert_eq!(
             f.layout.data_offset, 128,
             "the 84-byte header: no EXTENDED_SHAPE"
         );
         // A 2-D sidecar of the same bytes per expert still reads.
-        let h2 = Header::sidecar(GgmlType::Q8_0, crate::Interleave::R8, 5, 64).unwrap();
+        let h2 = Header::sidecar(GgmlType::Q8_0, crate::format::Interleave::R8, 5, 64).unwrap();
         assert_eq!(h2.ndim, 2);
-        assert_eq!(h2.sidecar_shape(), Some(crate::SidecarShape::matrix(5, 64)));
+        assert_eq!(
+            h2.sidecar_shape(),
+            Some(crate::format::SidecarShape::matrix(5, 64))
+        );
         // Data one expert short, original_N = N, ndim 4: rejected.
         let mut short = b.clone();
         short[52..60].copy_from_slice(&(2u64 * 5 * 2 * 34).to_le_bytes());
