@@ -257,12 +257,15 @@ fn ggml<F: GgmlFormat, const E2E: bool>(
 
 /// `(sum w a, sum w x, sum |w a|, non-finite w)` in f64 over one row
 /// (`sum w x` only if `E2E`, else 0). The
-/// sums run in four interleaved chains (vectorizable): the bound's `2 K
+/// sums run in sixteen interleaved chains (vectorizable): the bound's `2 K
 /// 2^-53` term for the f64 reference covers the rounding of any summation
 /// order (`K` products each rounded once, any order of `K - 1` additions:
 /// at most `(2 K - 1) 2^-53 sum |w a|` to first order).
 fn dot_sums<const E2E: bool>(w: &[f32], a: &[f64], x: &[f32]) -> (f64, f64, f64, usize) {
-    const L: usize = 4;
+    // Sixteen chains: enough independent additions in flight to hide the
+    // f64 add latency on wide vector units (four chains left it
+    // latency-bound: the oracle was a third of keep mode's CPU time).
+    const L: usize = 16;
     let (mut ex, mut e2, mut wa) = ([0f64; L], [0f64; L], [0f64; L]);
     let mut bad = [0usize; L];
     let (wc, wt) = w.as_chunks::<L>();
@@ -279,7 +282,11 @@ fn dot_sums<const E2E: bool>(w: &[f32], a: &[f64], x: &[f32]) -> (f64, f64, f64,
             wa[l] += (wi * av[l]).abs();
         }
     }
-    let sum = |v: [f64; L]| (v[0] + v[1]) + (v[2] + v[3]);
+    let sum = |v: [f64; L]| {
+        let h: [f64; 8] = std::array::from_fn(|i| v[i] + v[i + 8]);
+        let q: [f64; 4] = std::array::from_fn(|i| h[i] + h[i + 4]);
+        (q[0] + q[2]) + (q[1] + q[3])
+    };
     let (mut exact, mut e2e, mut wab) = (sum(ex), sum(e2), sum(wa));
     let mut nonfinite: usize = bad.iter().sum();
     for ((&wi, &ai), &xi) in wt.iter().zip(at).zip(xt) {
