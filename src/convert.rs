@@ -153,10 +153,19 @@ fn report(args: &ConvertArgs, out: &Path, manifest: &Manifest, reused: usize, st
             serde_json::to_string_pretty(&summary).unwrap_or_default()
         );
     } else if !args.quiet {
+        let written = manifest.tensors.iter().filter(|e| e.file.is_some()).count();
+        // With --resume, say how much was kept: the point of a rerun.
+        let resumed = if args.resume {
+            format!(
+                " ({reused} kept from the previous run, {} converted)",
+                written.saturating_sub(reused)
+            )
+        } else {
+            String::new()
+        };
         eprintln!(
-            "done: {} tensors, {} files in {} ({:.2} s)",
+            "done: {} tensors, {written} files{resumed} in {} ({:.2} s)",
             manifest.tensors.len(),
-            manifest.tensors.iter().filter(|e| e.file.is_some()).count(),
             out.display(),
             started.elapsed().as_secs_f64()
         );

@@ -372,6 +372,13 @@ fn resume_rewrites_exactly_the_changed_tensors_files() {
         let j = resume(&src, &out, opts);
         assert_eq!(j["reused_files"].as_u64().unwrap() as usize, before.len());
         assert_eq!(inodes(&out), before);
+        // The human summary says so too.
+        let mut human: Vec<&std::ffi::OsStr> = vec![src.as_os_str(), out.as_os_str()];
+        human.extend(opts.iter().chain(&["--resume"]).map(std::ffi::OsStr::new));
+        let o = convert(human);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let said = format!("({} kept from the previous run, 0 converted)", before.len());
+        assert!(stderr(&o).contains(&said), "{}", stderr(&o));
 
         // One tensor changed: exactly its file is written again.
         change_tensor(&src.join("model.safetensors"), tensor);

@@ -45,7 +45,6 @@ pub fn convert_into(input: &Path, out: &Path, opts: &[&str]) -> Output {
     convert(args)
 }
 
-/// stderr as text.
 /// A new empty folder `parent/name`.
 pub fn new_dir(parent: &Path, name: &str) -> PathBuf {
     let dir = parent.join(name);
