@@ -101,6 +101,9 @@ impl Outcome {
                     if i.identical_to_scalar == Some(false) {
                         r.push(format!("{} differs from scalar", i.isa));
                     }
+                    if i.gemm_identical == Some(false) {
+                        r.push(format!("{}: the GEMM (M = 2) differs from the GEMV", i.isa));
+                    }
                     if !i.exact.pass() {
                         r.push(format!(
                             "{}: {} rows off the exact reference by more than the f32 rounding bound (worst: row {}, {:.3e} times the bound)",
@@ -553,6 +556,7 @@ pub fn files_json(outcomes: &[Outcome]) -> Vec<serde_json::Value> {
                     "e2e_rel_l2": num(i.e2e.rel_l2),
                     "e2e_max_abs": num(i.e2e.max_abs),
                     "identical_to_scalar": i.identical_to_scalar,
+                    "gemm_m2_identical": i.gemm_identical,
                     "error": i.error,
                     "pass": i.pass(),
                 })).collect::<Vec<_>>()).unwrap_or_default(),

@@ -47,6 +47,9 @@ pub struct IsaCheck {
     pub e2e: ErrorStats,
     /// Bit-identical to the scalar tier (when the scalar tier ran).
     pub identical_to_scalar: Option<bool>,
+    /// The GEMM (`M = 2`, both rows of `X` the check's activations) gave
+    /// the GEMV's bits in both rows of `Y` (`None` when the GEMV failed).
+    pub gemm_identical: Option<bool>,
     /// Kernel error, if the call failed.
     pub error: Option<String>,
 }
@@ -54,7 +57,10 @@ pub struct IsaCheck {
 impl IsaCheck {
     /// Within the exact bound on every row, identical to scalar.
     pub fn pass(&self) -> bool {
-        self.error.is_none() && self.exact.pass() && self.identical_to_scalar != Some(false)
+        self.error.is_none()
+            && self.exact.pass()
+            && self.identical_to_scalar != Some(false)
+            && self.gemm_identical != Some(false)
     }
 }
 
@@ -289,9 +295,12 @@ fn run_tiers(mats: &[&dyn Gemv], x: &[f32], r: &Reference, tiers: &[Isa], fc: &m
         if isa == Isa::Scalar && error.is_none() {
             scalar_bits = Some(y.iter().map(|v| v.to_bits()).collect());
         }
-        runs.push((isa, y, error));
+        let gemm = error
+            .is_none()
+            .then(|| gemm_matches(mats, x, &y, isa, &mut ws));
+        runs.push((isa, y, error, gemm));
     }
-    for (isa, y, error) in runs {
+    for (isa, y, error, gemm_identical) in runs {
         let identical_to_scalar = match (&scalar_bits, isa) {
             (Some(s), i) if i != Isa::Scalar && error.is_none() => {
                 Some(y.iter().map(|v| v.to_bits()).eq(s.iter().copied()))
@@ -303,9 +312,32 @@ fn run_tiers(mats: &[&dyn Gemv], x: &[f32], r: &Reference, tiers: &[Isa], fc: &m
             exact: compare_exact(&y, r),
             e2e: compare(&y, &r.e2e),
             identical_to_scalar,
+            gemm_identical,
             error,
         });
     }
+}
+
+/// The M > 1 case: a GEMM of `X = [x; x]` on `isa` must give `y` (the
+/// GEMV's result) in both rows, bit for bit (kernels' `Gemv::gemm`
+/// contract); an error counts as a mismatch.
+fn gemm_matches(mats: &[&dyn Gemv], x: &[f32], y: &[f32], isa: Isa, ws: &mut Workspace) -> bool {
+    let x2 = [x, x].concat();
+    let mut at = 0;
+    for m in mats {
+        let n = m.rows();
+        let mut y2 = vec![0f32; 2 * n];
+        if m.gemm(2, &x2, &mut y2, ws, Exec::new(isa, true)).is_err() {
+            return false;
+        }
+        let want = &y[at..at + n];
+        let same = |h: &[f32]| h.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits());
+        if !(same(&y2[..n]) && same(&y2[n..])) {
+            return false;
+        }
+        at += n;
+    }
+    true
 }
 
 fn embedding_check(pm: &PanelMatrix<'_>, view: &cq4::PanelTensorView<'_>) -> EmbeddingCheck {

@@ -7,8 +7,14 @@
 //! from DRAM as in LLM decoding. "Hot": the same matrix over and over (it
 //! may sit in L2/L3), which shows the kernel's compute ceiling.
 //!
+//! Then the GEMM table (`Y[M x N] = X[M x K] W^T`, hot, 2 threads): GF/s
+//! (`2 M N K` per call) of [`Gemv::gemm`] against `M` separate GEMVs,
+//! M = 1 / 16 / 64 (same bits by construction; the GEMM streams each weight
+//! group once for all M rows).
+//!
 //! `cargo bench -p kernels --bench gemv` (env `GEMV_BENCH_QUICK=1` for a
-//! short run, `GEMV_BENCH_ISA=avx2` to pick a tier; default: the best).
+//! short run, `GEMV_BENCH_ISA=avx2` to pick a tier; default: the best;
+//! `GEMV_BENCH_ONLY_GEMM=1` skips the GEMV tables).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -309,6 +315,10 @@ fn main() {
         .and_then(|s| Isa::from_name(&s))
         .filter(|i| i.is_available())
         .unwrap_or_else(kernels::best);
+    if std::env::var_os("GEMV_BENCH_ONLY_GEMM").is_some() {
+        gemm_table(isa);
+        return;
+    }
     let threads = [1usize, 2];
     let bwp = Bandwidth::new();
     let bw: Vec<f64> = threads
@@ -408,5 +418,93 @@ fn main() {
             }
         }
         println!();
+    }
+    gemm_table(isa);
+}
+
+/// GF/s of `Gemv::gemm` and of `M` GEMVs, hot, 2 threads.
+fn gemm_table(isa: Isa) {
+    let runner = Runner::new(2);
+    let shapes = [(2048usize, 2048usize), (8192, 2048)];
+    let ms = [1usize, 16, 64];
+    println!();
+    println!("GEMM GF/s (2 M N K per call), hot, 2 threads, {isa}: Gemv::gemm / M separate GEMVs");
+    println!();
+    print!("| layout | NxK |");
+    for m in ms {
+        print!(" M={m} |");
+    }
+    println!();
+    println!("|---|---|{}", "---|".repeat(ms.len()));
+    let layouts = [
+        Layout::Panel(Family::Hadamard),
+        Layout::Ggml(QuantFormat::Q8_0, RowLayout::Interleaved(8)),
+        Layout::Ggml(QuantFormat::Q4_0, RowLayout::Interleaved(8)),
+        Layout::Ggml(QuantFormat::Q4K, RowLayout::Interleaved(8)),
+        Layout::Ggml(QuantFormat::Q4K, RowLayout::RowMajor),
+    ];
+    for layout in layouts {
+        for &(n, k) in &shapes {
+            let (blob, data) = match layout {
+                Layout::Panel(fam) => {
+                    let (b, p) = panel_bytes(fam, n, k);
+                    (b, AlignedBytes::copy_of(&p))
+                }
+                Layout::Ggml(f, l) => {
+                    let plain = ggml_bytes(f, n, k);
+                    let d = match l {
+                        RowLayout::RowMajor => plain,
+                        RowLayout::Interleaved(fac) => {
+                            let mut out = vec![0u8; plain.len()];
+                            interleave::repack(
+                                &plain,
+                                n,
+                                plain.len() / n,
+                                f.block_bytes(),
+                                fac,
+                                &mut out,
+                            )
+                            .unwrap();
+                            out
+                        }
+                    };
+                    (Vec::new(), AlignedBytes::copy_of(&d))
+                }
+            };
+            let mat: Box<dyn Gemv> = match layout {
+                Layout::Ggml(f, l) => {
+                    Box::new(GgmlMatrix::new(f, l, n, k, data.as_slice()).unwrap())
+                }
+                Layout::Panel(fam) => Box::new(PanelMatrix::new(
+                    kernels::PanelView::parse(fam, n, k, &blob, data.as_slice()).unwrap(),
+                )),
+            };
+            print!("| {} | {n}x{k} |", layout.name());
+            for m in ms {
+                let x = gaussian(11, m * k);
+                let mut y = vec![0f32; m * n];
+                let mut ws = Workspace::new();
+                let flops = 2 * m * n * k;
+                // `measure` reports "GB/s" of the byte count it is given:
+                // given flops, it reports GF/s.
+                let gemm = measure(flops, || {
+                    runner.run(|par| {
+                        mat.gemm(m, &x, &mut y, &mut ws, Exec::new(isa, par))
+                            .unwrap()
+                    });
+                    black_box(&y);
+                });
+                let gemvs = measure(flops, || {
+                    runner.run(|par| {
+                        for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
+                            mat.gemv(xr, yr, &mut ws, Exec::new(isa, par)).unwrap();
+                        }
+                    });
+                    black_box(&y);
+                });
+                print!(" {gemm:.1} / {gemvs:.1} |");
+            }
+            println!();
+        }
     }
 }

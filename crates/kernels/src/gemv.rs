@@ -1,4 +1,17 @@
-//! The [`Gemv`] trait every matrix view implements.
+//! The [`Gemv`] trait every matrix view implements: `y = W x` for one
+//! activation vector, and the GEMM `Y[M x N] = X[M x K] W^T` for `M` of
+//! them at once.
+//!
+//! # GEMM results
+//!
+//! Row `m` of a GEMM is, bit for bit, the GEMV of row `m` of `X`, on every
+//! tier: activations are quantized per row exactly as a GEMV does, and each
+//! kernel call computes one weight group against one activation row with
+//! the GEMV kernels themselves. What the GEMM changes is the order of
+//! work: ggml and CQ4 matrices take each weight group (8 rows, or a
+//! 64-channel super-block) once and run it against all `M` rows while it is
+//! in cache ("weight-stationary"), so the weights stream from memory once
+//! per call instead of `M` times.
 
 use crate::dispatch::Exec;
 use crate::error::{check_len, KernelError};
@@ -55,5 +68,56 @@ pub trait Gemv: Sync {
         check_len("x", self.cols(), x.len())?;
         check_len("y", self.rows(), y.len())?;
         self.gemv_sized(x, y, ws, exec)
+    }
+
+    /// `Y = X W^T` for `m` rows with lengths already checked by
+    /// [`Gemv::gemm`]. The default runs one GEMV per row; ggml and CQ4
+    /// matrices override it with a weight-stationary driver (same bits).
+    fn gemm_sized(
+        &self,
+        m: usize,
+        x: &[f32],
+        y: &mut [f32],
+        ws: &mut Workspace,
+        exec: Exec,
+    ) -> GemvResult {
+        let (k, n) = (self.cols(), self.rows());
+        if m == 0 || k == 0 || n == 0 {
+            return Ok(());
+        }
+        for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
+            self.gemv_sized(xr, yr, ws, exec)?;
+        }
+        Ok(())
+    }
+
+    /// `Y[m x rows()] = X[m x cols()] W^T`, both row-major: `x.len() == m *
+    /// cols()`, `y.len() == m * rows()`, else [`KernelError::Length`]. Row
+    /// `i` of `Y` equals [`Gemv::gemv`] of row `i` of `X` bit for bit.
+    fn gemm(
+        &self,
+        m: usize,
+        x: &[f32],
+        y: &mut [f32],
+        ws: &mut Workspace,
+        exec: Exec,
+    ) -> GemvResult {
+        let size = |what: &str, per_row: usize| {
+            m.checked_mul(per_row)
+                .ok_or_else(|| KernelError::Shape(format!("{what}: {m} x {per_row} overflows")))
+        };
+        check_len("x (m x cols)", size("x", self.cols())?, x.len())?;
+        check_len("y (m x rows)", size("y", self.rows())?, y.len())?;
+        self.gemm_sized(m, x, y, ws, exec)
+    }
+}
+
+/// `y[i * n + r] = yt[r * m + i]` (`yt` is `n x m`, `y` is `m x n`).
+pub(crate) fn transpose_into(yt: &[f32], m: usize, y: &mut [f32]) {
+    let n = yt.len() / m.max(1);
+    for (r, row) in yt.chunks_exact(m).enumerate() {
+        for (i, &v) in row.iter().enumerate() {
+            y[i * n + r] = v;
+        }
     }
 }

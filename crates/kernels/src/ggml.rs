@@ -264,31 +264,71 @@ impl<'a> GgmlMatrix<'a> {
         Ok(())
     }
 
+    /// `Y = X W^T` for `m` activation rows (`m == 1`: the GEMV, `y`
+    /// written in place). Each 8-row weight group runs against every
+    /// activation row before the next group (module docs of `gemv`).
     fn run<F: GgmlFormat>(
         &self,
+        m: usize,
         x: &[f32],
         y: &mut [f32],
         acts: &mut Vec<F::Act>,
+        yt: &mut Vec<f32>,
         exec: Exec,
     ) -> Result<(), KernelError> {
         let kern: GroupFn<F::Act> = F::kernel(kernels(exec.isa)?);
+        let nb = self.blocks_per_row();
+        if m > 1 && nb == 0 {
+            // No columns: no activation rows to share; one GEMV per row.
+            for yr in y.chunks_exact_mut(self.n.max(1)) {
+                self.run::<F>(1, &[], yr, acts, yt, exec)?;
+            }
+            return Ok(());
+        }
         acts.clear();
-        acts.resize(self.blocks_per_row(), F::Act::default());
-        F::Act::quantize(x, acts)?;
+        acts.resize(m * nb, F::Act::default());
+        if nb > 0 {
+            for (xr, ar) in x.chunks_exact(self.k).zip(acts.chunks_exact_mut(nb)) {
+                F::Act::quantize(xr, ar)?;
+            }
+        }
         let act: &[F::Act] = acts;
-        let task = |first: usize, ys: &mut [f32]| {
-            for (i, yc) in ys.chunks_mut(GROUP_ROWS).enumerate() {
-                let g = self.group_at(first + i * GROUP_ROWS);
-                let mut out = [0.0f32; GROUP_ROWS];
-                // SAFETY: `kern` comes from `kernels(exec.isa)`, which only
-                // returns tables of ISAs the CPU supports (Isa::is_available);
-                // `g` satisfies the RowGroup invariant and `act` holds
-                // blocks_per_row blocks.
-                unsafe { kern(&g, act, &mut out) };
-                yc.copy_from_slice(&out[..yc.len()]);
+        if m == 1 {
+            let task = |first: usize, ys: &mut [f32]| {
+                for (i, yc) in ys.chunks_mut(GROUP_ROWS).enumerate() {
+                    let g = self.group_at(first + i * GROUP_ROWS);
+                    let mut out = [0.0f32; GROUP_ROWS];
+                    // SAFETY: `kern` comes from `kernels(exec.isa)`, which only
+                    // returns tables of ISAs the CPU supports (Isa::is_available);
+                    // `g` satisfies the RowGroup invariant and `act` holds
+                    // blocks_per_row blocks.
+                    unsafe { kern(&g, act, &mut out) };
+                    yc.copy_from_slice(&out[..yc.len()]);
+                }
+            };
+            split_rows(y, GROUP_ROWS, exec, task);
+            return Ok(());
+        }
+        // yt[row * m + i] = Y[i][row]: each task owns whole weight groups.
+        yt.clear();
+        yt.resize(self.n * m, 0.0);
+        let task = |first: usize, ts: &mut [f32]| {
+            for (gi, tc) in ts.chunks_mut(GROUP_ROWS * m).enumerate() {
+                let g = self.group_at(first / m + gi * GROUP_ROWS);
+                let rows = tc.len() / m;
+                for (i, ar) in act.chunks_exact(nb).enumerate() {
+                    let mut out = [0.0f32; GROUP_ROWS];
+                    // SAFETY: as in the m == 1 case; `ar` holds one row's
+                    // blocks_per_row blocks.
+                    unsafe { kern(&g, ar, &mut out) };
+                    for (r, &v) in out[..rows].iter().enumerate() {
+                        tc[r * m + i] = v;
+                    }
+                }
             }
         };
-        split_rows(y, GROUP_ROWS, exec, task);
+        split_rows(yt, GROUP_ROWS * m, exec, task);
+        crate::gemv::transpose_into(yt, m, y);
         Ok(())
     }
 }
@@ -452,19 +492,34 @@ impl Gemv for GgmlMatrix<'_> {
     }
 
     fn gemv_sized(&self, x: &[f32], y: &mut [f32], ws: &mut Workspace, exec: Exec) -> GemvResult {
+        self.gemm_sized(1, x, y, ws, exec)
+    }
+
+    fn gemm_sized(
+        &self,
+        m: usize,
+        x: &[f32],
+        y: &mut [f32],
+        ws: &mut Workspace,
+        exec: Exec,
+    ) -> GemvResult {
+        if m == 0 {
+            return Ok(());
+        }
+        let (a, b, t) = (&mut ws.q8_0, &mut ws.q8_k, &mut ws.yt);
         match self.format {
-            QuantFormat::Q8_0 => self.run::<Q8_0>(x, y, &mut ws.q8_0, exec),
-            QuantFormat::Q4_0 => self.run::<Q4_0>(x, y, &mut ws.q8_0, exec),
-            QuantFormat::Q4_1 => self.run::<Q4_1>(x, y, &mut ws.q8_0, exec),
-            QuantFormat::Q5_0 => self.run::<Q5_0>(x, y, &mut ws.q8_0, exec),
-            QuantFormat::Q5_1 => self.run::<Q5_1>(x, y, &mut ws.q8_0, exec),
-            QuantFormat::Q4K => self.run::<Q4K>(x, y, &mut ws.q8_k, exec),
-            QuantFormat::Q5K => self.run::<Q5K>(x, y, &mut ws.q8_k, exec),
-            QuantFormat::Q6K => self.run::<Q6K>(x, y, &mut ws.q8_k, exec),
-            QuantFormat::Q2K => self.run::<Q2K>(x, y, &mut ws.q8_k, exec),
-            QuantFormat::Q3K => self.run::<Q3K>(x, y, &mut ws.q8_k, exec),
-            QuantFormat::Iq4Nl => self.run::<Iq4Nl>(x, y, &mut ws.q8_0, exec),
-            QuantFormat::Iq4Xs => self.run::<Iq4Xs>(x, y, &mut ws.q8_k, exec),
+            QuantFormat::Q8_0 => self.run::<Q8_0>(m, x, y, a, t, exec),
+            QuantFormat::Q4_0 => self.run::<Q4_0>(m, x, y, a, t, exec),
+            QuantFormat::Q4_1 => self.run::<Q4_1>(m, x, y, a, t, exec),
+            QuantFormat::Q5_0 => self.run::<Q5_0>(m, x, y, a, t, exec),
+            QuantFormat::Q5_1 => self.run::<Q5_1>(m, x, y, a, t, exec),
+            QuantFormat::Q4K => self.run::<Q4K>(m, x, y, b, t, exec),
+            QuantFormat::Q5K => self.run::<Q5K>(m, x, y, b, t, exec),
+            QuantFormat::Q6K => self.run::<Q6K>(m, x, y, b, t, exec),
+            QuantFormat::Q2K => self.run::<Q2K>(m, x, y, b, t, exec),
+            QuantFormat::Q3K => self.run::<Q3K>(m, x, y, b, t, exec),
+            QuantFormat::Iq4Nl => self.run::<Iq4Nl>(m, x, y, a, t, exec),
+            QuantFormat::Iq4Xs => self.run::<Iq4Xs>(m, x, y, b, t, exec),
         }
     }
 }

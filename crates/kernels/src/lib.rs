@@ -1,4 +1,4 @@
-//! GEMV kernels over every layout `convert` writes: CQ4 packed panels (both
+//! GEMV (and GEMM, `Gemv::gemm`) kernels over every layout `convert` writes: CQ4 packed panels (both
 //! rotation families), ggml Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K / Q2_K / Q3_K / IQ4_NL / IQ4_XS in plain
 //! row-major and R4 / R8 row-interleaved layouts, and plain FP16 / FP32.
 //!

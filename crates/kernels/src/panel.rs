@@ -237,29 +237,84 @@ impl Gemv for PanelMatrix<'_> {
     }
 
     fn gemv_sized(&self, x: &[f32], y: &mut [f32], ws: &mut Workspace, exec: Exec) -> GemvResult {
-        let (kp, ng) = (self.cols(), self.groups());
+        self.gemm_sized(1, x, y, ws, exec)
+    }
+
+    /// The activation transform per row of `X` (exactly the GEMV's), then
+    /// each super-block against every row before the next super-block.
+    fn gemm_sized(
+        &self,
+        m: usize,
+        x: &[f32],
+        y: &mut [f32],
+        ws: &mut Workspace,
+        exec: Exec,
+    ) -> GemvResult {
+        let (kp, ng, n) = (self.cols(), self.groups(), self.rows());
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
         let kern = kernels(exec.isa)?.cq4;
         let c = &mut ws.cq4;
         c.z.resize(kp, 0.0);
-        c.q.resize(kp, 0);
-        c.scale.resize(ng, 0.0);
-        c.qsum.resize(ng, 0);
-        self.rotate(x, &mut c.z, exec.isa)?;
-        quantize_groups(&c.z, &mut c.q, &mut c.scale, &mut c.qsum)?;
-        let act = Cq4Act::new(&c.q, &c.scale, &c.qsum);
+        c.q.resize(m * kp, 0);
+        c.scale.resize(m * ng, 0.0);
+        c.qsum.resize(m * ng, 0);
+        for i in 0..m {
+            self.rotate(&x[i * kp..(i + 1) * kp], &mut c.z, exec.isa)?;
+            quantize_groups(
+                &c.z,
+                &mut c.q[i * kp..(i + 1) * kp],
+                &mut c.scale[i * ng..(i + 1) * ng],
+                &mut c.qsum[i * ng..(i + 1) * ng],
+            )?;
+        }
+        let acts: Vec<Cq4Act<'_>> = (0..m)
+            .map(|i| {
+                Cq4Act::new(
+                    &c.q[i * kp..(i + 1) * kp],
+                    &c.scale[i * ng..(i + 1) * ng],
+                    &c.qsum[i * ng..(i + 1) * ng],
+                )
+            })
+            .collect();
         let lut = self.lut;
-        let task = |first: usize, ys: &mut [f32]| {
-            for (i, yc) in ys.chunks_mut(SUPER_BLOCK).enumerate() {
-                let blk = self.block(first / SUPER_BLOCK + i);
-                let mut out = [0.0f32; SUPER_BLOCK];
-                // SAFETY: `kern` comes from `kernels(exec.isa)`, which only
-                // returns tables of ISAs the CPU supports; `blk` was built by
-                // PanelBlock::new (checked lengths) and `act` holds ng groups.
-                unsafe { kern(&blk, &act, &lut, &mut out) };
-                yc.copy_from_slice(&out[..yc.len()]);
+        if m == 1 {
+            let act = &acts[0];
+            let task = |first: usize, ys: &mut [f32]| {
+                for (i, yc) in ys.chunks_mut(SUPER_BLOCK).enumerate() {
+                    let blk = self.block(first / SUPER_BLOCK + i);
+                    let mut out = [0.0f32; SUPER_BLOCK];
+                    // SAFETY: `kern` comes from `kernels(exec.isa)`, which only
+                    // returns tables of ISAs the CPU supports; `blk` was built by
+                    // PanelBlock::new (checked lengths) and `act` holds ng groups.
+                    unsafe { kern(&blk, act, &lut, &mut out) };
+                    yc.copy_from_slice(&out[..yc.len()]);
+                }
+            };
+            split_rows(y, SUPER_BLOCK, exec, task);
+            return Ok(());
+        }
+        // yt[row * m + i] = Y[i][row]: each task owns whole super-blocks.
+        let yt = &mut ws.yt;
+        yt.clear();
+        yt.resize(n * m, 0.0);
+        let task = |first: usize, ts: &mut [f32]| {
+            for (bi, tc) in ts.chunks_mut(SUPER_BLOCK * m).enumerate() {
+                let blk = self.block(first / (SUPER_BLOCK * m) + bi);
+                let rows = tc.len() / m;
+                for (i, act) in acts.iter().enumerate() {
+                    let mut out = [0.0f32; SUPER_BLOCK];
+                    // SAFETY: as in the m == 1 case; each `act` holds ng groups.
+                    unsafe { kern(&blk, act, &lut, &mut out) };
+                    for (r, &v) in out[..rows].iter().enumerate() {
+                        tc[r * m + i] = v;
+                    }
+                }
             }
         };
-        split_rows(y, SUPER_BLOCK, exec, task);
+        split_rows(yt, SUPER_BLOCK * m, exec, task);
+        crate::gemv::transpose_into(yt, m, y);
         Ok(())
     }
 }

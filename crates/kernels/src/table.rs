@@ -22,7 +22,7 @@ pub type PanelFn = unsafe fn(&PanelBlock<'_>, &Cq4Act<'_>, &CbLut, &mut [f32; 64
 pub type RotateFn = unsafe fn(&[f32], &[f32], &[u8], &mut [f32]);
 
 /// The kernels of one tier. A `&Kernels` can only be obtained from
-/// [`kernels`], which checks that the CPU supports the tier; that is the
+/// [`kernels`](crate::dispatch::kernels), which checks that the CPU supports the tier; that is the
 /// safety argument of every call through these pointers.
 #[derive(Debug)]
 pub struct Kernels {

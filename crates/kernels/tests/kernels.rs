@@ -317,3 +317,74 @@ fn expert_selection_equals_the_2d_gemv_of_that_expert() {
         }
     }
 }
+
+/// GEMM `Y = X W^T`: row `i` of `Y` is, bit for bit, the scalar GEMV of row
+/// `i` of `X`, on every tier, sequential and parallel, for every ggml
+/// layout, both CQ4 families and FP16, with M tails (1, 2, 3, 17) and N
+/// tails (rows not a multiple of 8 / 64). One workspace serves every call,
+/// so buffers left by a larger M must not leak into a smaller one.
+#[test]
+fn gemm_rows_equal_the_scalar_gemv_of_each_row() {
+    use kernels::{Exec, Gemv, Workspace};
+    fn check(mat: &dyn Gemv, seed: u64, zero_from: usize, what: &str) {
+        let (n, k) = (mat.rows(), mat.cols());
+        let mut ws = Workspace::new();
+        for m in [3usize, 17, 1, 2] {
+            let rows: Vec<Vec<f32>> = (0..m)
+                .map(|i| {
+                    let mut x = gaussian(seed + 31 * i as u64, k);
+                    x[zero_from..].fill(0.0);
+                    x
+                })
+                .collect();
+            let want: Vec<f32> = rows
+                .iter()
+                .flat_map(|x| run(mat, x, Isa::Scalar, false))
+                .collect();
+            let x: Vec<f32> = rows.concat();
+            for isa in available() {
+                for parallel in [false, true] {
+                    let mut y = vec![f32::NAN; m * n];
+                    mat.gemm(m, &x, &mut y, &mut ws, Exec::new(isa, parallel))
+                        .unwrap();
+                    assert_eq!(
+                        bits(&y),
+                        bits(&want),
+                        "{what} M={m} {isa} parallel={parallel}"
+                    );
+                }
+            }
+            // Wrong lengths are refused, not read past.
+            let mut y = vec![0f32; m * n];
+            let e = Exec::new(Isa::Scalar, false);
+            assert!(mat.gemm(m + 1, &x, &mut y, &mut ws, e).is_err(), "{what}");
+            assert!(mat.gemm(m, &x, &mut y[1..], &mut ws, e).is_err(), "{what}");
+        }
+    }
+    for format in ALL_FORMATS {
+        let qk = format.block_weights();
+        for &(n, nb) in &[(9usize, 2usize), (17, 1), (33, 3)] {
+            let k = nb * qk;
+            let plain = ggml_plain(format, n, k, 500 + n as u64);
+            for layout in LAYOUTS {
+                let data = in_layout(format, n, k, &plain, layout);
+                let mat = GgmlMatrix::new(format, layout, n, k, data.as_slice()).unwrap();
+                check(&mat, 600, k, &format!("{format:?} {n}x{k} {layout:?}"));
+            }
+        }
+    }
+    for (ci, (family, n, k)) in cq4_cases().into_iter().enumerate() {
+        let (blob, panels, kp) = cq4_tensor(family, n, k, 700 + ci as u64);
+        let mat = PanelMatrix::new(
+            kernels::PanelView::parse(family, n, kp, &blob, panels.as_slice()).unwrap(),
+        );
+        check(&mat, 800, k, &format!("{family:?} {n}x{k}"));
+    }
+    let (n, k) = (19, 40);
+    let halves: Vec<u8> = gaussian(900, n * k)
+        .iter()
+        .flat_map(|&v| half_bits(v).to_le_bytes())
+        .collect();
+    let mat = kernels::FloatMatrix::new(kernels::FloatType::F16, n, k, &halves).unwrap();
+    check(&mat, 901, k, "fp16 19x40");
+}
