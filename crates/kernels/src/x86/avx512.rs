@@ -446,6 +446,36 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
+/// The 16 signed scales (-32..=31) of the Q3_K block at `p` as 16 i8
+/// ([`crate::blocks::q3_k_scales`] in one vector). With `s` the 12 scale
+/// bytes, scale `j` is `(low_j | high_j << 4) - 32`: `low_j` = the low
+/// (`j < 8`: `s[j] & 15`) or high (`s[j - 8] >> 4`) nibble, `high_j` = bits
+/// `2 (j / 4)` of `s[8 + j % 4]`, i.e. `[s8 s9 s10 s11]` repeated in the four
+/// i32 lanes, lane `j / 4` shifted right by `2 (j / 4)`, masked with 3 (bits
+/// shifted in from the next byte land above the mask).
+///
+/// # Safety
+/// `p..p + 110` (a Q3_K block) must be readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q3_k_scales_at(p: *const u8) -> __m128i {
+    // SAFETY: the 12 scale bytes are at 96..108 of the 110-byte block; no
+    // read goes past them.
+    let (lo8, hi4) = unsafe {
+        let q = p.add(q3_k::SCALES);
+        (q.cast::<u64>().read_unaligned(), read_u32(q.add(8)))
+    };
+    let m4 = _mm_set1_epi8(0x0F);
+    let x = _mm_set1_epi64x(lo8 as i64);
+    let low = _mm_unpacklo_epi64(
+        _mm_and_si128(x, m4),
+        _mm_and_si128(_mm_srli_epi16::<4>(x), m4),
+    );
+    let h = _mm_srlv_epi32(_mm_set1_epi32(hi4 as i32), _mm_setr_epi32(0, 2, 4, 6));
+    let high = _mm_slli_epi16::<4>(_mm_and_si128(h, _mm_set1_epi8(3)));
+    _mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32))
+}
+
 /// Shared Q2_K / Q3_K body (`Q3`: the blocks are Q3_K), laid out as
 /// [`q6_k_group`]: per half `h` of the block the 32 bytes `qs[32h..32h +
 /// 32]` are broadcast to both 256-bit halves, and vector `(h, u)` takes the
@@ -515,8 +545,7 @@ unsafe fn k16_group<const Q3: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mu
             for r in 0..8 {
                 let p = s.at(r);
                 let sc8 = if Q3 {
-                    let sc = crate::blocks::q3_k_scales(&*p.add(q3_k::SCALES).cast::<[u8; 12]>());
-                    load128(sc.as_ptr().cast())
+                    q3_k_scales_at(p)
                 } else {
                     let b = load128(p.add(q2_k::SCALES));
                     let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(b), m4));
