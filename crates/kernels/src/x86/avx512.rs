@@ -483,11 +483,14 @@ unsafe fn q3_k_scales_at(p: *const u8) -> __m128i {
 /// `4u + 2` (high half: the next 32), a per-half variable shift; Q3_K's bit
 /// 2 is bit `4h + 2u` (low) / `4h + 2u + 1` (high) of `hmask[l]`, set with
 /// a mask test as Q5_K's fifth bit. The unsigned values (Q2_K 0..=3, Q3_K
-/// `v + 4` in 0..=7) go straight into `maddubs` (pair sums <= `2 * 7 *
-/// 127`); each 128-bit lane (16 weights, one sub-block) has its own i16
-/// scale, spread with `vpermw`, applied with `vpdpwssd`. Q2_K's mins are
-/// `madd(mins, bsums)`, Q3_K's offset is removed as `4 sum_j sc_j bsum_j`
-/// (as in [`crate::x86::avx2`]).
+/// `v + 4` in 0..=7) go straight into `vpdpbusd` against the activations
+/// (each 128-bit lane is one sub-block of 16; an i32 lane sums 4 products,
+/// at most `4 * 7 * 127` in magnitude), the two vectors of a half are
+/// packed to i16 (`vpackssdw`, exact at that bound) and multiplied by their
+/// i16 scales (spread with `vpermw`) in one `vpdpwssd`: one scale
+/// multiplication and one `vpermw` per half instead of one per vector
+/// (`maddubs` + `vpdpwssd`). Q2_K's mins are `madd(mins, bsums)`, Q3_K's
+/// offset is removed as `4 sum_j sc_j bsum_j` (as in [`crate::x86::avx2`]).
 ///
 /// # Safety
 /// AVX2, F16C, AVX-512 F/BW/VL, VNNI.
@@ -515,15 +518,13 @@ unsafe fn k16_group<const Q3: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mu
             )
         })
     });
-    // Scale index of 128-bit lane L of vector (h, u): 8h + 4u + L.
-    let sidx: [[__m512i; 2]; 2] = core::array::from_fn(|h| {
-        core::array::from_fn(|u| {
-            let b = (8 * h + 4 * u) as i16;
-            join(
-                _mm256_set_m128i(_mm_set1_epi16(b + 1), _mm_set1_epi16(b)),
-                _mm256_set_m128i(_mm_set1_epi16(b + 3), _mm_set1_epi16(b + 2)),
-            )
-        })
+    // Lane L of vector (h, u) is sub-block 8h + 4u + L; after `packs` of
+    // the vectors (h, 0) and (h, 1), i16 element e (lane L = e / 8) belongs
+    // to sub-block 8h + L + 4 ((e % 8) / 4).
+    let sidx: [__m512i; 2] = core::array::from_fn(|h| {
+        let idx: [i16; 32] = core::array::from_fn(|e| (8 * h + e / 8 + 4 * ((e % 8) / 4)) as i16);
+        // SAFETY: `idx` is 64 bytes.
+        unsafe { load512(idx.as_ptr().cast()) }
     });
     let qs_off = if Q3 { q3_k::QS } else { q2_k::QS };
     for a in &act[..g.nblocks()] {
@@ -562,7 +563,8 @@ unsafe fn k16_group<const Q3: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mu
                 let mut t = _mm512_setzero_si512();
                 for h in 0..2 {
                     let z = _mm512_broadcast_i64x4(load256(p.add(qs_off + 32 * h)));
-                    for u in 0..2 {
+                    let mut dot = [_mm512_setzero_si512(); 2];
+                    for (u, du) in dot.iter_mut().enumerate() {
                         // epi16 shifts: bits crossing a byte boundary land
                         // outside the mask.
                         let mut v = _mm512_and_si512(_mm512_srlv_epi16(z, shr[u]), m3);
@@ -570,9 +572,11 @@ unsafe fn k16_group<const Q3: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mu
                             let k = _mm512_test_epi8_mask(hm, hbit[h][u]);
                             v = _mm512_or_si512(v, _mm512_maskz_mov_epi8(k, b4));
                         }
-                        let pr = _mm512_maddubs_epi16(v, av[2 * h + u]);
-                        t = _mm512_dpwssd_epi32(t, pr, _mm512_permutexvar_epi16(sidx[h][u], scz));
+                        *du = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, av[2 * h + u]);
                     }
+                    // |dot| <= 4 * 7 * 127: the i16 pack is exact.
+                    let pk = _mm512_packs_epi32(dot[0], dot[1]);
+                    t = _mm512_dpwssd_epi32(t, pk, _mm512_permutexvar_epi16(sidx[h], scz));
                 }
                 sv[r] = if Q3 {
                     // sum sc_j v a = sum sc_j (v + 4) a - 4 sum sc_j bsum_j.
