@@ -5,9 +5,10 @@
 //! are made unsigned exactly by XOR 0x80 (`w + 128`), and the excess
 //! `128 * sum(a)` is subtracted with the activation sums computed at
 //! quantization time (`ActQ8_0::sum`, `Cq4Act::qsum`); unsigned weights
-//! (Q4_0, Q4_1, Q5_0, k-quant nibbles) go in directly. `vpdpbusd` / `vpdpwssd` do not
-//! saturate, and every partial sum is far below 2^31 (see
-//! [`crate::format`]), so the integer parts equal the scalar ones.
+//! (Q4_0, Q4_1, Q5_0, k-quant nibbles, Q2_K / Q3_K fields) go in directly.
+//! `vpdpbusd` / `vpdpwssd` do not saturate, and every partial sum is far
+//! below 2^31 (see [`crate::format`]), so the integer parts equal the
+//! scalar ones.
 
 use core::arch::x86_64::*;
 
