@@ -353,6 +353,8 @@ fn main() {
         QuantFormat::Q4_1,
         QuantFormat::Q4K,
         QuantFormat::Q6K,
+        QuantFormat::Q2K,
+        QuantFormat::Q3K,
     ] {
         layouts.push(Layout::Ggml(f, RowLayout::RowMajor));
         layouts.push(Layout::Ggml(f, RowLayout::Interleaved(8)));

@@ -106,9 +106,8 @@ static AVX512: Kernels = Kernels {
     q4_k: crate::x86::avx512::q4_k_group,
     q5_k: crate::x86::avx512::q5_k_group,
     q6_k: crate::x86::avx512::q6_k_group,
-    // The AVX2 kernels: no VNNI-specific Q2_K / Q3_K version yet.
-    q2_k: crate::x86::avx2::q2_k_group,
-    q3_k: crate::x86::avx2::q3_k_group,
+    q2_k: crate::x86::avx512::q2_k_group,
+    q3_k: crate::x86::avx512::q3_k_group,
     iq4_nl: crate::x86::avx512::iq4_nl_group,
     iq4_xs: crate::x86::avx512::iq4_xs_group,
     cq4: crate::x86::avx512::cq4_superblock,

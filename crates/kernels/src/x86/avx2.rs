@@ -435,9 +435,9 @@ forward_pair!(
     "avx2,f16c",
     BlockQ8K,
     k16_group,
-    /// Q2_K x Q8_K group kernel (also the AVX-512 tier's).
+    /// Q2_K x Q8_K group kernel.
     q2_k_group,
-    /// Q3_K x Q8_K group kernel (also the AVX-512 tier's).
+    /// Q3_K x Q8_K group kernel.
     q3_k_group
 );
 

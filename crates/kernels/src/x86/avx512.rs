@@ -5,9 +5,10 @@
 //! are made unsigned exactly by XOR 0x80 (`w + 128`), and the excess
 //! `128 * sum(a)` is subtracted with the activation sums computed at
 //! quantization time (`ActQ8_0::sum`, `Cq4Act::qsum`); unsigned weights
-//! (Q4_0, Q4_1, Q5_0, k-quant nibbles) go in directly. `vpdpbusd` / `vpdpwssd` do not
-//! saturate, and every partial sum is far below 2^31 (see
-//! [`crate::format`]), so the integer parts equal the scalar ones.
+//! (Q4_0, Q4_1, Q5_0, k-quant nibbles, Q2_K / Q3_K fields) go in directly.
+//! `vpdpbusd` / `vpdpwssd` do not saturate, and every partial sum is far
+//! below 2^31 (see [`crate::format`]), so the integer parts equal the
+//! scalar ones.
 
 use core::arch::x86_64::*;
 
@@ -17,7 +18,7 @@ use super::{
     reduce8, Slots,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
-use crate::blocks::{iq4_nl, iq4_xs, q4_0, q4_1, q6_k, q8_0};
+use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q6_k, q8_0};
 use crate::operands::RowGroup;
 use crate::operands::{CbLut, PanelBlock, KG_PER_GROUP};
 
@@ -445,6 +446,182 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
     // SAFETY: `out` is 8 f32.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
+
+/// The 16 signed scales (-32..=31) of the Q3_K block at `p` as 16 i8
+/// ([`crate::blocks::q3_k_scales`] in one vector). With `s` the 12 scale
+/// bytes, scale `j` is `(low_j | high_j << 4) - 32`: `low_j` = the low
+/// (`j < 8`: `s[j] & 15`) or high (`s[j - 8] >> 4`) nibble, `high_j` = bits
+/// `2 (j / 4)` of `s[8 + j % 4]`, i.e. `[s8 s9 s10 s11]` repeated in the four
+/// i32 lanes, lane `j / 4` shifted right by `2 (j / 4)`, masked with 3 (bits
+/// shifted in from the next byte land above the mask).
+///
+/// # Safety
+/// `p..p + 110` (a Q3_K block) must be readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q3_k_scales_at(p: *const u8) -> __m128i {
+    // SAFETY: the 12 scale bytes are at 96..108 of the 110-byte block; no
+    // read goes past them.
+    let (lo8, hi4) = unsafe {
+        let q = p.add(q3_k::SCALES);
+        (q.cast::<u64>().read_unaligned(), read_u32(q.add(8)))
+    };
+    let m4 = _mm_set1_epi8(0x0F);
+    let x = _mm_set1_epi64x(lo8 as i64);
+    let low = _mm_unpacklo_epi64(
+        _mm_and_si128(x, m4),
+        _mm_and_si128(_mm_srli_epi16::<4>(x), m4),
+    );
+    let h = _mm_srlv_epi32(_mm_set1_epi32(hi4 as i32), _mm_setr_epi32(0, 2, 4, 6));
+    let high = _mm_slli_epi16::<4>(_mm_and_si128(h, _mm_set1_epi8(3)));
+    _mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32))
+}
+
+/// Shared Q2_K / Q3_K body (`Q3`: the blocks are Q3_K), laid out as
+/// [`q6_k_group`]: per half `h` of the block the 32 bytes `qs[32h..32h +
+/// 32]` are broadcast to both 256-bit halves, and vector `(h, u)` takes the
+/// 2-bit fields at shifts `4u` (low half: weights `128h + 64u .. +32`) and
+/// `4u + 2` (high half: the next 32), a per-half variable shift; Q3_K's bit
+/// 2 is bit `4h + 2u` (low) / `4h + 2u + 1` (high) of `hmask[l]`, set with
+/// a mask test as Q5_K's fifth bit. The unsigned values (Q2_K 0..=3, Q3_K
+/// `v + 4` in 0..=7) go straight into `vpdpbusd` against the activations
+/// (each 128-bit lane is one sub-block of 16; an i32 lane sums 4 products,
+/// at most `4 * 7 * 127` in magnitude), the two vectors of a half are
+/// packed to i16 (`vpackssdw`, exact at that bound) and multiplied by their
+/// i16 scales (spread with `vpermw`) in one `vpdpwssd`: one scale
+/// multiplication and one `vpermw` per half instead of one per vector
+/// (`maddubs` + `vpdpwssd`). Q2_K's mins are `madd(mins, bsums)`, Q3_K's
+/// offset is removed as `4 sum_j sc_j bsum_j` (as in [`crate::x86::avx2`]).
+///
+/// # Safety
+/// AVX2, F16C, AVX-512 F/BW/VL, VNNI.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k16_group<const Q3: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let mut s = Slots::new(g);
+    let mut acc = _mm256_setzero_ps();
+    let m4 = _mm_set1_epi8(0x0F);
+    let m3 = _mm512_set1_epi8(0x03);
+    let b4 = _mm512_set1_epi8(0x04);
+    // Shifts of vector u: run 2u in the low half, 2u + 1 in the high half.
+    let shr = [
+        join(_mm256_set1_epi16(0), _mm256_set1_epi16(2)),
+        join(_mm256_set1_epi16(4), _mm256_set1_epi16(6)),
+    ];
+    // The hmask bit of vector (h, u): run 4h + 2u (low), 4h + 2u + 1 (high).
+    let hbit: [[__m512i; 2]; 2] = core::array::from_fn(|h| {
+        core::array::from_fn(|u| {
+            let i = 4 * h + 2 * u;
+            join(
+                _mm256_set1_epi8((1i32 << i) as i8),
+                _mm256_set1_epi8((1i32 << (i + 1)) as i8),
+            )
+        })
+    });
+    // Lane L of vector (h, u) is sub-block 8h + 4u + L; after `packs` of
+    // the vectors (h, 0) and (h, 1), i16 element e (lane L = e / 8) belongs
+    // to sub-block 8h + L + 4 ((e % 8) / 4).
+    let sidx: [__m512i; 2] = core::array::from_fn(|h| {
+        let idx: [i16; 32] = core::array::from_fn(|e| (8 * h + e / 8 + 4 * ((e % 8) / 4)) as i16);
+        // SAFETY: `idx` is 64 bytes.
+        unsafe { load512(idx.as_ptr().cast()) }
+    });
+    let qs_off = if Q3 { q3_k::QS } else { q2_k::QS };
+    for a in &act[..g.nblocks()] {
+        // SAFETY: `a.qs` is 256 bytes and `a.bsums` 32 bytes; the current
+        // block of every slot is in bounds (RowGroup invariant): Q2_K 84
+        // bytes (scales 16 at 0, qs 64 at 16), Q3_K 110 bytes (hmask 32 at
+        // 0, qs 64 at 32, scales 12 at 96).
+        let (sv, mv, d, dmin) = unsafe {
+            let q = a.qs.as_ptr().cast::<u8>();
+            let av = [
+                load512(q),
+                load512(q.add(64)),
+                load512(q.add(128)),
+                load512(q.add(192)),
+            ];
+            let bsums = load256(a.bsums.as_ptr().cast());
+            let mut sv = [_mm256_setzero_si256(); 8];
+            let mut mv = [_mm256_setzero_si256(); 8];
+            for r in 0..8 {
+                let p = s.at(r);
+                let sc8 = if Q3 {
+                    q3_k_scales_at(p)
+                } else {
+                    let b = load128(p.add(q2_k::SCALES));
+                    let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(b), m4));
+                    mv[r] = _mm256_madd_epi16(mins, bsums);
+                    _mm_and_si128(b, m4)
+                };
+                let sc_all = _mm256_cvtepi8_epi16(sc8);
+                let scz = _mm512_castsi256_si512(sc_all);
+                let hm = if Q3 {
+                    _mm512_broadcast_i64x4(load256(p.add(q3_k::HMASK)))
+                } else {
+                    _mm512_setzero_si512()
+                };
+                let mut t = _mm512_setzero_si512();
+                for h in 0..2 {
+                    let z = _mm512_broadcast_i64x4(load256(p.add(qs_off + 32 * h)));
+                    let mut dot = [_mm512_setzero_si512(); 2];
+                    for (u, du) in dot.iter_mut().enumerate() {
+                        // epi16 shifts: bits crossing a byte boundary land
+                        // outside the mask.
+                        let mut v = _mm512_and_si512(_mm512_srlv_epi16(z, shr[u]), m3);
+                        if Q3 {
+                            let k = _mm512_test_epi8_mask(hm, hbit[h][u]);
+                            v = _mm512_or_si512(v, _mm512_maskz_mov_epi8(k, b4));
+                        }
+                        *du = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, av[2 * h + u]);
+                    }
+                    // |dot| <= 4 * 7 * 127: the i16 pack is exact.
+                    let pk = _mm512_packs_epi32(dot[0], dot[1]);
+                    t = _mm512_dpwssd_epi32(t, pk, _mm512_permutexvar_epi16(sidx[h], scz));
+                }
+                sv[r] = if Q3 {
+                    // sum sc_j v a = sum sc_j (v + 4) a - 4 sum sc_j bsum_j.
+                    let bias = _mm256_madd_epi16(sc_all, bsums);
+                    _mm256_sub_epi32(fold(t), _mm256_slli_epi32::<2>(bias))
+                } else {
+                    fold(t)
+                };
+            }
+            if Q3 {
+                let d = fp16_at8(&s, q3_k::D);
+                (reduce8(&sv), reduce8(&mv), d, d)
+            } else {
+                let (d, dmin) = (fp16_at8(&s, q2_k::D), fp16_at8(&s, q2_k::DMIN));
+                (reduce8(&sv), reduce8(&mv), d, dmin)
+            }
+        };
+        let da = _mm256_set1_ps(a.d);
+        let c = _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da));
+        let c = if Q3 {
+            c
+        } else {
+            _mm256_sub_ps(
+                c,
+                _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
+            )
+        };
+        acc = _mm256_add_ps(acc, c);
+        s.prefetch();
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+forward_pair!(
+    "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    BlockQ8K,
+    k16_group,
+    /// Q2_K x Q8_K group kernel.
+    q2_k_group,
+    /// Q3_K x Q8_K group kernel.
+    q3_k_group
+);
 
 /// CQ4 super-block kernel (64 channels), `vpdpbusd` on 512-bit vectors.
 ///
