@@ -171,7 +171,7 @@ fn label_axes(s: &mut String, x: &str, y: &str, left: f64, top: f64, pw: f64, ph
 
 /// Horizontal bars: one per `(label, value)`, `value_text` written beside.
 pub fn bars(title: &str, items: &[(String, f64, String)]) -> String {
-    let (w, left, right, row) = (720.0, 190.0, 110.0, 18.0);
+    let (w, left, right, row) = (720.0, 190.0, 150.0, 18.0);
     let h = 40.0 + row * items.len().max(1) as f64;
     let max = items.iter().map(|i| i.1).fold(0.0, f64::max);
     let pw = w - left - right;
