@@ -342,11 +342,13 @@ fn charts(r: &Report) -> String {
     s.push_str(&svg::bars("Bytes per tensor kind", &by_bytes));
     if let Some(h) = &r.error_histogram {
         s.push_str(&svg::histogram(
+            "Element errors (w' - w) / RMS(w), all measured tensors",
+            // The counts go under the axis: in the title they ran past the
+            // chart's width.
             &format!(
-                "Element errors (w' - w) / RMS(w), all measured tensors ({} below, {} above the range)",
+                "error relative to the tensor's RMS ({} below, {} above the range)",
                 h.below, h.above
             ),
-            "error relative to the tensor's RMS",
             h.lo,
             h.hi,
             &h.bins,

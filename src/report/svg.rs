@@ -115,19 +115,30 @@ pub fn lines(
     label_axes(&mut s, x_label, y_label, left, top, pw, ph);
     for (i, (name, p)) in series.iter().enumerate() {
         let c = colour(i);
+        // Past the palette's 8 colours a series is dashed with hollow
+        // markers, so no two series look alike (Gemma has 11 kinds).
+        let second = i >= PALETTE.len();
+        let (dash, dot) = if second {
+            (
+                r#" stroke-dasharray="5,3""#,
+                format!(r#"fill="white" stroke="{c}""#),
+            )
+        } else {
+            ("", format!(r#"fill="{c}""#))
+        };
         let path: Vec<String> = p
             .iter()
             .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
             .collect();
         let _ = write!(
             s,
-            r#"<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{}"/>"#,
+            r#"<polyline fill="none" stroke="{c}" stroke-width="1.5"{dash} points="{}"/>"#,
             path.join(" ")
         );
         for &(x, y) in p {
             let _ = write!(
                 s,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{c}"><title>{} layer {} : {:.2}</title></circle>"#,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" {dot}><title>{} layer {} : {:.2}</title></circle>"#,
                 px(x),
                 py(y),
                 esc(name),
@@ -139,8 +150,12 @@ pub fn lines(
         let lx = left + pw + 12.0;
         let _ = write!(
             s,
-            r#"<rect x="{lx}" y="{:.1}" width="10" height="10" fill="{c}"/><text x="{:.1}" y="{:.1}" class="tk">{}</text>"#,
-            ly - 8.0,
+            r#"<line x1="{lx}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{c}" stroke-width="2"{dash}/><circle cx="{:.1}" cy="{:.1}" r="3" {dot}/><text x="{:.1}" y="{:.1}" class="tk">{}</text>"#,
+            lx + 10.0,
+            ly - 3.0,
+            ly - 3.0,
+            lx + 5.0,
+            ly - 3.0,
             lx + 14.0,
             ly + 1.0,
             esc(name)
@@ -263,7 +278,9 @@ mod tests {
         );
         assert!(!s.contains("<script>"), "{s}");
         assert!(s.contains("&lt;script&gt;"));
-        assert_eq!(s.matches("<circle").count(), 2);
+        // One marker per point (with its <title>), one in the legend.
+        assert_eq!(s.matches("</circle>").count(), 2);
+        assert_eq!(s.matches("<circle").count(), 3);
         let b = bars(
             "b",
             &[
