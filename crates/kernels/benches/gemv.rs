@@ -14,8 +14,8 @@
 //!
 //! `cargo bench -p kernels --bench gemv` (env `GEMV_BENCH_QUICK=1` for a
 //! short run, `GEMV_BENCH_ISA=avx2` to pick a tier; default: the best;
-//! `GEMV_BENCH_ONLY_GEMM=1` skips the GEMV tables; `GEMV_BENCH_SHAPE=NxK`
-//! one shape; `GEMV_BENCH_LAYOUT=A,B` only the layouts whose name contains
+//! `GEMV_BENCH_ONLY_GEMM=1` skips the GEMV tables; `GEMV_BENCH_SHAPE=NxK,..`
+//! only those shapes; `GEMV_BENCH_LAYOUT=A,B` only the layouts whose name contains
 //! one of the comma-separated strings; `GEMV_BENCH_TSV=FILE` also appends
 //! every cell to FILE as tab-separated records, read by
 //! `scripts/bench-gemv-vs-ggml`:
@@ -352,12 +352,16 @@ fn main() {
     );
     let all_shapes = [(2048, 2048), (8192, 2048), (2048, 8192), (262144, 640)];
     let shape_filter = std::env::var("GEMV_BENCH_SHAPE").ok();
-    // GEMV_BENCH_SHAPE=NxK runs that shape only (any N, K).
+    // GEMV_BENCH_SHAPE=NxK[,NxK..] runs those shapes only (any N, K).
     let shapes: Vec<(usize, usize)> = match shape_filter.as_deref().and_then(|f| {
-        let (n, k) = f.split_once('x')?;
-        Some((n.parse().ok()?, k.parse().ok()?))
+        f.split(',')
+            .map(|s| {
+                let (n, k) = s.split_once('x')?;
+                Some((n.parse().ok()?, k.parse().ok()?))
+            })
+            .collect::<Option<Vec<_>>>()
     }) {
-        Some(s) => vec![s],
+        Some(s) => s,
         None => all_shapes.to_vec(),
     };
     let layout_filter = std::env::var("GEMV_BENCH_LAYOUT").ok();
