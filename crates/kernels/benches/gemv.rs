@@ -14,9 +14,15 @@
 //!
 //! `cargo bench -p kernels --bench gemv` (env `GEMV_BENCH_QUICK=1` for a
 //! short run, `GEMV_BENCH_ISA=avx2` to pick a tier; default: the best;
-//! `GEMV_BENCH_ONLY_GEMM=1` skips the GEMV tables).
+//! `GEMV_BENCH_ONLY_GEMM=1` skips the GEMV tables; `GEMV_BENCH_SHAPE=NxK,..`
+//! only those shapes; `GEMV_BENCH_LAYOUT=A,B` only the layouts whose name contains
+//! one of the comma-separated strings; `GEMV_BENCH_TSV=FILE` also appends
+//! every cell to FILE as tab-separated records, read by
+//! `scripts/bench-gemv-vs-ggml`:
+//! `gemv LAYOUT N K THREADS HOT COLD BW` and `gemm LAYOUT N K M THREADS GEMM_GFs GEMVS_GFs`).
 
 use std::hint::black_box;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use cq4::rng::{fill_gaussian, SplitMix64};
@@ -41,6 +47,18 @@ fn gaussian(seed: u64, n: usize) -> Vec<f32> {
     let mut v = vec![0f64; n];
     fill_gaussian(&mut SplitMix64::new(seed), &mut v);
     v.into_iter().map(|x| x as f32).collect()
+}
+
+/// Appends one tab-separated record to `$GEMV_BENCH_TSV`, if set.
+fn tsv(fields: &[String]) {
+    if let Some(path) = std::env::var_os("GEMV_BENCH_TSV") {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("GEMV_BENCH_TSV: cannot open");
+        writeln!(f, "{}", fields.join("\t")).expect("GEMV_BENCH_TSV: cannot write");
+    }
 }
 
 /// A pool of `threads` rayon threads (1: run on the caller, not parallel).
@@ -334,12 +352,16 @@ fn main() {
     );
     let all_shapes = [(2048, 2048), (8192, 2048), (2048, 8192), (262144, 640)];
     let shape_filter = std::env::var("GEMV_BENCH_SHAPE").ok();
-    // GEMV_BENCH_SHAPE=NxK runs that shape only (any N, K).
+    // GEMV_BENCH_SHAPE=NxK[,NxK..] runs those shapes only (any N, K).
     let shapes: Vec<(usize, usize)> = match shape_filter.as_deref().and_then(|f| {
-        let (n, k) = f.split_once('x')?;
-        Some((n.parse().ok()?, k.parse().ok()?))
+        f.split(',')
+            .map(|s| {
+                let (n, k) = s.split_once('x')?;
+                Some((n.parse().ok()?, k.parse().ok()?))
+            })
+            .collect::<Option<Vec<_>>>()
     }) {
-        Some(s) => vec![s],
+        Some(s) => s,
         None => all_shapes.to_vec(),
     };
     let layout_filter = std::env::var("GEMV_BENCH_LAYOUT").ok();
@@ -357,6 +379,7 @@ fn main() {
         QuantFormat::Q3K,
     ] {
         layouts.push(Layout::Ggml(f, RowLayout::RowMajor));
+        layouts.push(Layout::Ggml(f, RowLayout::Interleaved(4)));
         layouts.push(Layout::Ggml(f, RowLayout::Interleaved(8)));
     }
     type Cells = Vec<Option<Vec<Cell>>>;
@@ -364,13 +387,28 @@ fn main() {
     for layout in layouts {
         if layout_filter
             .as_ref()
-            .is_some_and(|f| !layout.name().contains(f.as_str()))
+            .is_some_and(|f| !f.split(',').any(|p| layout.name().contains(p)))
         {
             continue;
         }
         let cells: Cells = shapes
             .iter()
-            .map(|&(n, k)| bench_case(&bwp, layout, n, k, isa, &threads))
+            .map(|&(n, k)| {
+                let c = bench_case(&bwp, layout, n, k, isa, &threads);
+                for (t, r) in threads.iter().zip(c.iter().flatten()) {
+                    tsv(&[
+                        "gemv".into(),
+                        layout.name(),
+                        n.to_string(),
+                        k.to_string(),
+                        t.to_string(),
+                        format!("{:.2}", r.hot),
+                        format!("{:.2}", r.cold),
+                        format!("{:.2}", r.bw),
+                    ]);
+                }
+                c
+            })
             .collect();
         eprintln!("done: {}", layout.name());
         rows.push((layout.name(), cells));
@@ -505,6 +543,16 @@ fn gemm_table(isa: Isa) {
                     black_box(&y);
                 });
                 print!(" {gemm:.1} / {gemvs:.1} |");
+                tsv(&[
+                    "gemm".into(),
+                    layout.name(),
+                    n.to_string(),
+                    k.to_string(),
+                    m.to_string(),
+                    "2".into(),
+                    format!("{gemm:.2}"),
+                    format!("{gemvs:.2}"),
+                ]);
             }
             println!();
         }

@@ -1,0 +1,122 @@
+"""Tables and JSON for scripts/bench-gemv-vs-ggml.
+
+Reads RUN_DIR/{machine,ours,ggml}.tsv (records of crates/kernels/benches/gemv.rs
+with GEMV_BENCH_TSV and of ggml_mulmat.c), keeps each cell's best round,
+prints markdown tables with ours / ggml ratios and writes OUT.json.
+Usage: python3 report.py RUN_DIR OUT.json
+"""
+
+import json
+import sys
+from pathlib import Path
+
+TARGET = 1.2  # the issue's bar for R4 / R8 against ggml's plain kernel
+LAYOUTS = ["row_major", "r4", "r8"]
+
+
+def records(path):
+    if not path.exists():
+        return []
+    return [
+        line.rstrip("\n").split("\t")
+        for line in path.read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+
+
+def best(d, key, vals):
+    old = d.get(key)
+    d[key] = vals if old is None else [max(a, b) for a, b in zip(old, vals)]
+
+
+def main():
+    run, out_json = Path(sys.argv[1]), Path(sys.argv[2])
+    machine = dict(r[:2] for r in records(run / "machine.tsv"))
+    ours_gemv, ours_gemm, ggml_gemv, ggml_gemm = {}, {}, {}, {}
+    for r in records(run / "ours.tsv"):
+        ty, layout = r[1].split(" ", 1) if " " in r[1] else (r[1], "")
+        if r[0] == "gemv":
+            best(ours_gemv, (ty, layout, int(r[2]), int(r[3]), int(r[4])), [float(x) for x in r[5:8]])
+        else:
+            best(ours_gemm, (ty, layout, int(r[2]), int(r[3]), int(r[4])), [float(x) for x in r[6:8]])
+    for r in records(run / "ggml.tsv"):
+        ty = r[1].upper()
+        if r[0] == "gemv":
+            best(ggml_gemv, (ty, int(r[2]), int(r[3]), int(r[4])), [float(x) for x in r[5:8]])
+        else:
+            best(ggml_gemm, (ty, int(r[2]), int(r[3]), int(r[4])), [float(r[6])])
+
+    print("machine: " + "; ".join(f"{k} {v}" for k, v in machine.items()))
+    print()
+    print(
+        f"GEMV GB/s of weight bytes (best pass, best of {machine.get('rounds', '?')} round(s)); "
+        f"ours (ratio ours / ggml; 'miss' = R4/R8 below {TARGET}x); "
+        "read BW = f32-sum GB/s beside the cold run, ours (R8 cell) / ggml"
+    )
+    print()
+    head = ["type", "NxK", "thr"]
+    for kind in ["hot", "cold"]:
+        head += [f"{kind} ggml"] + [f"{kind} {lay}" for lay in LAYOUTS]
+    head.append("read BW")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * 3 + "---:|" * (len(head) - 3))
+    cells, misses = [], []
+    for (ty, n, k, t), g in sorted(ggml_gemv.items(), key=lambda kv: (kv[0][3], kv[0][0], kv[0][1] * kv[0][2], kv[0][1])):
+        row = [ty, f"{n}x{k}", str(t)]
+        cell = {"type": ty, "n": n, "k": k, "threads": t, "ggml": dict(zip(["hot", "cold", "bw"], g)), "ours": {}}
+        for i, kind in enumerate(["hot", "cold"]):
+            row.append(f"{g[i]:.1f}")
+            for lay in LAYOUTS:
+                o = ours_gemv.get((ty, lay, n, k, t))
+                if o is None:
+                    row.append("-")
+                    continue
+                cell["ours"].setdefault(lay, dict(zip(["hot", "cold", "bw"], o)))
+                ratio = o[i] / g[i] if g[i] > 0 else float("inf")
+                cell.setdefault("ratio", {}).setdefault(lay, {})[kind] = round(ratio, 3)
+                miss = lay != "row_major" and ratio < TARGET
+                if miss:
+                    misses.append(f"{ty} {lay} {n}x{k} {kind} {t}t {ratio:.2f}x")
+                row.append(f"{o[i]:.1f} ({ratio:.2f}x{' miss' if miss else ''})")
+        o8 = ours_gemv.get((ty, "r8", n, k, t))
+        row.append(f"{o8[2]:.1f} / {g[2]:.1f}" if o8 else f"- / {g[2]:.1f}")
+        print("| " + " | ".join(row) + " |")
+        cells.append(cell)
+
+    summary = {}
+    for lay in ["r4", "r8"]:
+        for t in sorted({c["threads"] for c in cells}):
+            rs = [c["ratio"][lay][kind] for c in cells if c["threads"] == t and lay in c.get("ratio", {}) for kind in ["hot", "cold"]]
+            summary[f"{lay}_{t}t"] = {"cells": len(rs), "at_target": sum(r >= TARGET for r in rs), "min": min(rs, default=None)}
+    print()
+    for key, s in summary.items():
+        print(f"{key}: {s['at_target']}/{s['cells']} cells >= {TARGET}x (min {s['min']}x)")
+    print("misses: " + (", ".join(misses) if misses else "none"))
+
+    gemm = []
+    if ours_gemm:
+        print()
+        print("GEMM GF/s (2 M N K per call), hot, 2 threads: ours Gemv::gemm / ggml mul_mat (ratio)")
+        print()
+        print("| layout | NxK | M=1 | M=16 | M=64 |")
+        print("|---|---|---:|---:|---:|")
+        shapes = sorted({(n, k) for (_, _, n, k, _) in ours_gemm}, key=lambda s: s[0] * s[1])
+        for ty, lay in sorted({(a, b) for (a, b, _, _, _) in ours_gemm}):
+            if not any((ty, n, k, 1) in ggml_gemm for n, k in shapes):
+                continue  # no ggml counterpart (CQ4 panels)
+            for n, k in shapes:
+                row = [f"{ty} {lay}", f"{n}x{k}"]
+                for m in [1, 16, 64]:
+                    o, g = ours_gemm.get((ty, lay, n, k, m)), ggml_gemm.get((ty, n, k, m))
+                    if o and g:
+                        row.append(f"{o[0]:.1f} / {g[0]:.1f} ({o[0] / g[0]:.2f}x)")
+                        gemm.append({"type": ty, "layout": lay, "n": n, "k": k, "m": m, "ours_gemm": o[0], "ours_gemvs": o[1], "ggml": g[0]})
+                    else:
+                        row.append("-")
+                print("| " + " | ".join(row) + " |")
+
+    out_json.write_text(json.dumps({"machine": machine, "target": TARGET, "gemv": cells, "summary": summary, "misses": misses, "gemm": gemm}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
