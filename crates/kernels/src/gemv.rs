@@ -13,7 +13,7 @@
 //! in cache ("weight-stationary"), so the weights stream from memory once
 //! per call instead of `M` times.
 
-use crate::dispatch::Exec;
+use crate::dispatch::{split_rows, Exec};
 use crate::error::{check_len, KernelError};
 use crate::workspace::Workspace;
 
@@ -112,8 +112,49 @@ pub trait Gemv: Sync {
     }
 }
 
+/// The weight-stationary GEMM driver of the ggml and CQ4 matrices: `Y`
+/// (`m x n`, row-major) from weight groups of `U` rows. `group(row0, i,
+/// out)` runs the group whose first row is `row0` against activation row
+/// `i` (the first `min(U, n - row0)` values of `out` are kept). With `m ==
+/// 1` the results go straight into `y`; otherwise into `yt` (`n x m`, so a
+/// task owns whole groups for every activation row), transposed at the end.
+/// Each group is run against all `m` rows before the next one.
+pub(crate) fn weight_stationary<const U: usize>(
+    m: usize,
+    y: &mut [f32],
+    yt: &mut Vec<f32>,
+    exec: Exec,
+    group: impl Fn(usize, usize, &mut [f32; U]) + Sync,
+) {
+    if m == 1 {
+        split_rows(y, U, exec, |first, ys| {
+            for (gi, yc) in ys.chunks_mut(U).enumerate() {
+                let mut out = [0.0f32; U];
+                group(first + gi * U, 0, &mut out);
+                yc.copy_from_slice(&out[..yc.len()]);
+            }
+        });
+        return;
+    }
+    yt.clear();
+    yt.resize(y.len(), 0.0);
+    split_rows(yt, U * m, exec, |first, ts| {
+        for (gi, tc) in ts.chunks_mut(U * m).enumerate() {
+            let (row0, rows) = (first / m + gi * U, tc.len() / m);
+            for i in 0..m {
+                let mut out = [0.0f32; U];
+                group(row0, i, &mut out);
+                for (r, &v) in out[..rows].iter().enumerate() {
+                    tc[r * m + i] = v;
+                }
+            }
+        }
+    });
+    transpose_into(yt, m, y);
+}
+
 /// `y[i * n + r] = yt[r * m + i]` (`yt` is `n x m`, `y` is `m x n`).
-pub(crate) fn transpose_into(yt: &[f32], m: usize, y: &mut [f32]) {
+fn transpose_into(yt: &[f32], m: usize, y: &mut [f32]) {
     let n = yt.len() / m.max(1);
     for (r, row) in yt.chunks_exact(m).enumerate() {
         for (i, &v) in row.iter().enumerate() {

@@ -14,12 +14,12 @@
 use ggml_quants::GgmlType;
 use weights_file::{interleave, Precision, WeightsFile};
 
-use crate::dispatch::{kernels, split_rows, Exec, GroupFn};
+use crate::dispatch::{kernels, Exec, GroupFn};
 use crate::error::{check_len, KernelError};
 use crate::format::{
     ActBlock, GgmlFormat, Iq4Nl, Iq4Xs, Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0,
 };
-use crate::gemv::{Dims, Gemv, GemvResult};
+use crate::gemv::{weight_stationary, Dims, Gemv, GemvResult};
 pub use crate::operands::{RowGroup, GROUP_ROWS};
 use crate::workspace::Workspace;
 
@@ -278,13 +278,6 @@ impl<'a> GgmlMatrix<'a> {
     ) -> Result<(), KernelError> {
         let kern: GroupFn<F::Act> = F::kernel(kernels(exec.isa)?);
         let nb = self.blocks_per_row();
-        if m > 1 && nb == 0 {
-            // No columns: no activation rows to share; one GEMV per row.
-            for yr in y.chunks_exact_mut(self.n.max(1)) {
-                self.run::<F>(1, &[], yr, acts, yt, exec)?;
-            }
-            return Ok(());
-        }
         acts.clear();
         acts.resize(m * nb, F::Act::default());
         if nb > 0 {
@@ -293,42 +286,14 @@ impl<'a> GgmlMatrix<'a> {
             }
         }
         let act: &[F::Act] = acts;
-        if m == 1 {
-            let task = |first: usize, ys: &mut [f32]| {
-                for (i, yc) in ys.chunks_mut(GROUP_ROWS).enumerate() {
-                    let g = self.group_at(first + i * GROUP_ROWS);
-                    let mut out = [0.0f32; GROUP_ROWS];
-                    // SAFETY: `kern` comes from `kernels(exec.isa)`, which only
-                    // returns tables of ISAs the CPU supports (Isa::is_available);
-                    // `g` satisfies the RowGroup invariant and `act` holds
-                    // blocks_per_row blocks.
-                    unsafe { kern(&g, act, &mut out) };
-                    yc.copy_from_slice(&out[..yc.len()]);
-                }
-            };
-            split_rows(y, GROUP_ROWS, exec, task);
-            return Ok(());
-        }
-        // yt[row * m + i] = Y[i][row]: each task owns whole weight groups.
-        yt.clear();
-        yt.resize(self.n * m, 0.0);
-        let task = |first: usize, ts: &mut [f32]| {
-            for (gi, tc) in ts.chunks_mut(GROUP_ROWS * m).enumerate() {
-                let g = self.group_at(first / m + gi * GROUP_ROWS);
-                let rows = tc.len() / m;
-                for (i, ar) in act.chunks_exact(nb).enumerate() {
-                    let mut out = [0.0f32; GROUP_ROWS];
-                    // SAFETY: as in the m == 1 case; `ar` holds one row's
-                    // blocks_per_row blocks.
-                    unsafe { kern(&g, ar, &mut out) };
-                    for (r, &v) in out[..rows].iter().enumerate() {
-                        tc[r * m + i] = v;
-                    }
-                }
-            }
-        };
-        split_rows(yt, GROUP_ROWS * m, exec, task);
-        crate::gemv::transpose_into(yt, m, y);
+        weight_stationary::<GROUP_ROWS>(m, y, yt, exec, |row0, i, out| {
+            let g = self.group_at(row0);
+            // SAFETY: `kern` comes from `kernels(exec.isa)`, which only
+            // returns tables of ISAs the CPU supports (Isa::is_available);
+            // `g` satisfies the RowGroup invariant and the slice holds
+            // activation row i's blocks_per_row blocks.
+            unsafe { kern(&g, &act[i * nb..(i + 1) * nb], out) };
+        });
         Ok(())
     }
 }

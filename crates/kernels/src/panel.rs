@@ -25,9 +25,9 @@ use weights_file::panel::{RotationFamily, SUPER_BLOCK};
 use weights_file::{PanelView, WeightsFile};
 
 use crate::act::{quantize_groups, Cq4Act};
-use crate::dispatch::{kernels, split_rows, Exec};
+use crate::dispatch::{kernels, Exec};
 use crate::error::{check_len, KernelError};
-use crate::gemv::{Dims, Gemv, GemvResult};
+use crate::gemv::{weight_stationary, Dims, Gemv, GemvResult};
 pub use crate::operands::{
     CbLut, PanelBlock, FOLDED_GROUP_BYTES, GROUP, GROUP_BYTES, KG_BYTES, KG_PER_GROUP,
 };
@@ -279,42 +279,13 @@ impl Gemv for PanelMatrix<'_> {
             })
             .collect();
         let lut = self.lut;
-        if m == 1 {
-            let act = &acts[0];
-            let task = |first: usize, ys: &mut [f32]| {
-                for (i, yc) in ys.chunks_mut(SUPER_BLOCK).enumerate() {
-                    let blk = self.block(first / SUPER_BLOCK + i);
-                    let mut out = [0.0f32; SUPER_BLOCK];
-                    // SAFETY: `kern` comes from `kernels(exec.isa)`, which only
-                    // returns tables of ISAs the CPU supports; `blk` was built by
-                    // PanelBlock::new (checked lengths) and `act` holds ng groups.
-                    unsafe { kern(&blk, act, &lut, &mut out) };
-                    yc.copy_from_slice(&out[..yc.len()]);
-                }
-            };
-            split_rows(y, SUPER_BLOCK, exec, task);
-            return Ok(());
-        }
-        // yt[row * m + i] = Y[i][row]: each task owns whole super-blocks.
-        let yt = &mut ws.yt;
-        yt.clear();
-        yt.resize(n * m, 0.0);
-        let task = |first: usize, ts: &mut [f32]| {
-            for (bi, tc) in ts.chunks_mut(SUPER_BLOCK * m).enumerate() {
-                let blk = self.block(first / (SUPER_BLOCK * m) + bi);
-                let rows = tc.len() / m;
-                for (i, act) in acts.iter().enumerate() {
-                    let mut out = [0.0f32; SUPER_BLOCK];
-                    // SAFETY: as in the m == 1 case; each `act` holds ng groups.
-                    unsafe { kern(&blk, act, &lut, &mut out) };
-                    for (r, &v) in out[..rows].iter().enumerate() {
-                        tc[r * m + i] = v;
-                    }
-                }
-            }
-        };
-        split_rows(yt, SUPER_BLOCK * m, exec, task);
-        crate::gemv::transpose_into(yt, m, y);
+        weight_stationary::<SUPER_BLOCK>(m, y, &mut ws.yt, exec, |row0, i, out| {
+            let blk = self.block(row0 / SUPER_BLOCK);
+            // SAFETY: `kern` comes from `kernels(exec.isa)`, which only
+            // returns tables of ISAs the CPU supports; `blk` was built by
+            // PanelBlock::new (checked lengths) and `acts[i]` holds ng groups.
+            unsafe { kern(&blk, &acts[i], &lut, out) };
+        });
         Ok(())
     }
 }
