@@ -103,13 +103,25 @@ impl Gemv for FloatMatrix<'_> {
     fn dims(&self) -> Dims {
         Dims::new(self.n, self.k, self.data.len())
     }
-    /// `exec.isa` is ignored (one scalar implementation).
-    fn gemv_sized(&self, x: &[f32], y: &mut [f32], _: &mut Workspace, exec: Exec) -> GemvResult {
-        split_rows(y, 1, exec, |first, ys| {
-            for (i, o) in ys.iter_mut().enumerate() {
-                *o = self.row_dot(first + i, x);
-            }
-        });
+    /// `exec.isa` is ignored (one scalar implementation); one row of `X`
+    /// after the other (no activations to share).
+    fn gemm_sized(
+        &self,
+        m: usize,
+        x: &[f32],
+        y: &mut [f32],
+        _: &mut Workspace,
+        exec: Exec,
+    ) -> GemvResult {
+        let (k, n) = (self.k, self.n);
+        for i in 0..m {
+            let xr = &x[i * k..(i + 1) * k];
+            split_rows(&mut y[i * n..(i + 1) * n], 1, exec, |first, ys| {
+                for (i, o) in ys.iter_mut().enumerate() {
+                    *o = self.row_dot(first + i, xr);
+                }
+            });
+        }
         Ok(())
     }
 }

@@ -42,13 +42,21 @@ impl Dims {
     }
 }
 
-/// `y = W x` for one activation vector.
+/// `y = W x` for one activation vector, `Y = X W^T` for several.
 pub trait Gemv: Sync {
     /// The matrix's sizes.
     fn dims(&self) -> Dims;
-    /// `y = W x` with `x.len() == cols()` and `y.len() == rows()` already
-    /// checked by [`Gemv::gemv`].
-    fn gemv_sized(&self, x: &[f32], y: &mut [f32], ws: &mut Workspace, e: Exec) -> GemvResult;
+    /// `Y = X W^T` for `m >= 1` rows, lengths already checked by
+    /// [`Gemv::gemm`] / [`Gemv::gemv`] (`m = 1`): the one method a matrix
+    /// implements.
+    fn gemm_sized(
+        &self,
+        m: usize,
+        x: &[f32],
+        y: &mut [f32],
+        ws: &mut Workspace,
+        exec: Exec,
+    ) -> GemvResult;
 
     /// Output rows `N`.
     fn rows(&self) -> usize {
@@ -67,28 +75,7 @@ pub trait Gemv: Sync {
     fn gemv(&self, x: &[f32], y: &mut [f32], ws: &mut Workspace, exec: Exec) -> GemvResult {
         check_len("x", self.cols(), x.len())?;
         check_len("y", self.rows(), y.len())?;
-        self.gemv_sized(x, y, ws, exec)
-    }
-
-    /// `Y = X W^T` for `m` rows with lengths already checked by
-    /// [`Gemv::gemm`]. The default runs one GEMV per row; ggml and CQ4
-    /// matrices override it with a weight-stationary driver (same bits).
-    fn gemm_sized(
-        &self,
-        m: usize,
-        x: &[f32],
-        y: &mut [f32],
-        ws: &mut Workspace,
-        exec: Exec,
-    ) -> GemvResult {
-        let (k, n) = (self.cols(), self.rows());
-        if m == 0 || k == 0 || n == 0 {
-            return Ok(());
-        }
-        for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
-            self.gemv_sized(xr, yr, ws, exec)?;
-        }
-        Ok(())
+        self.gemm_sized(1, x, y, ws, exec)
     }
 
     /// `Y[m x rows()] = X[m x cols()] W^T`, both row-major: `x.len() == m *
@@ -108,6 +95,9 @@ pub trait Gemv: Sync {
         };
         check_len("x (m x cols)", size("x", self.cols())?, x.len())?;
         check_len("y (m x rows)", size("y", self.rows())?, y.len())?;
+        if m == 0 {
+            return Ok(());
+        }
         self.gemm_sized(m, x, y, ws, exec)
     }
 }

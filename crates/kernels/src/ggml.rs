@@ -456,10 +456,6 @@ impl Gemv for GgmlMatrix<'_> {
         Dims::new(self.n, self.k, self.data.len())
     }
 
-    fn gemv_sized(&self, x: &[f32], y: &mut [f32], ws: &mut Workspace, exec: Exec) -> GemvResult {
-        self.gemm_sized(1, x, y, ws, exec)
-    }
-
     fn gemm_sized(
         &self,
         m: usize,
@@ -468,9 +464,6 @@ impl Gemv for GgmlMatrix<'_> {
         ws: &mut Workspace,
         exec: Exec,
     ) -> GemvResult {
-        if m == 0 {
-            return Ok(());
-        }
         let (a, b, t) = (&mut ws.q8_0, &mut ws.q8_k, &mut ws.yt);
         match self.format {
             QuantFormat::Q8_0 => self.run::<Q8_0>(m, x, y, a, t, exec),

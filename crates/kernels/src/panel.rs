@@ -236,10 +236,6 @@ impl Gemv for PanelMatrix<'_> {
         Dims::new(g.n(), g.k(), bytes)
     }
 
-    fn gemv_sized(&self, x: &[f32], y: &mut [f32], ws: &mut Workspace, exec: Exec) -> GemvResult {
-        self.gemm_sized(1, x, y, ws, exec)
-    }
-
     /// The activation transform per row of `X` (exactly the GEMV's), then
     /// each super-block against every row before the next super-block.
     fn gemm_sized(
@@ -250,10 +246,7 @@ impl Gemv for PanelMatrix<'_> {
         ws: &mut Workspace,
         exec: Exec,
     ) -> GemvResult {
-        let (kp, ng, n) = (self.cols(), self.groups(), self.rows());
-        if m == 0 || n == 0 {
-            return Ok(());
-        }
+        let (kp, ng) = (self.cols(), self.groups());
         let kern = kernels(exec.isa)?.cq4;
         let c = &mut ws.cq4;
         c.z.resize(kp, 0.0);
