@@ -49,6 +49,10 @@ pub fn scale_candidate(t: usize) -> f64 {
 const TW: usize = 12;
 const _: () = assert!(TW >= SCALE_CANDIDATES && TW.is_multiple_of(4));
 
+/// A [`SearchTable`] row: one value per candidate slot, as `TW / 4`
+/// vectors of 4 (the layout the accumulation loop vectorizes).
+pub(crate) type Row = [[f64; 4]; TW / 4];
+
 /// The candidate with `g = 1` (§7.1's thresholds).
 const PLAIN: usize = 4;
 const _: () = assert!(16 + PLAIN == 20);
@@ -60,21 +64,28 @@ const _: () = assert!(ALL_THRESHOLDS < 256);
 /// Buckets of [`SearchTable::position`]'s starting points.
 const BUCKETS: usize = 4096;
 
-/// The norm search's lookup structure. `thr` holds the thresholds
-/// `m_i * g_t` of every candidate (the same f64 products the contract
-/// compares with), sorted. A value `r` has position
-/// `p = #{k : thr[k] < r}`, and for every candidate `t` its index
-/// `#{i : m_i * g_t < r}` is `idx[p][t]` (a threshold is below `r` exactly
-/// when it is one of the `p` smallest), its codebook value `cb[p][t]`.
+/// The norm search's lookup structure. `thr` holds the distinct values of
+/// the thresholds `m_i * g_t` of every candidate (the same f64 products the
+/// contract compares with), sorted, then `+inf`. A value `r` has position
+/// `q = #{k : thr[k] < r}`, and for every candidate `t` its index
+/// `#{i : m_i * g_t < r}` is `idx[q][t]` (a threshold is below `r` exactly
+/// when its value is one of the `q` smallest), its codebook value
+/// `cb[q][t]` and that value's square `cb2[q][t]` (the f64 product `c * c`
+/// the contract rounds).
 #[derive(Debug, Clone)]
 pub(crate) struct SearchTable {
     thr: Vec<f64>,
     idx: Vec<[u8; SCALE_CANDIDATES]>,
-    cb: Vec<[f64; TW]>,
+    pub(crate) cb: Vec<Row>,
+    pub(crate) cb2: Vec<Row>,
     /// `start[b] = #{k : thr[k] < lo_b - w}` for bucket `b = [lo_b, lo_b + w)`,
     /// `lo_b = -range + b * w`: a lower bound of the position of every value
     /// the bucket computation sends to `b` (it errs by far less than `w`).
     start: Vec<u8>,
+    /// Scan steps from `start[b]` that reach the position of every value
+    /// sent to any bucket `b` (the most distinct thresholds in
+    /// `[lo_b - w, lo_b + 2 w)`; in the last bucket, up to `+inf`).
+    steps: usize,
     range: f64,
     inv_w: f64,
 }
@@ -89,62 +100,115 @@ impl SearchTable {
             .collect();
         let mut thr: Vec<f64> = per.iter().flatten().copied().collect();
         thr.sort_by(f64::total_cmp);
-        let idx: Vec<[u8; SCALE_CANDIDATES]> = (0..=thr.len())
-            .map(|p| {
-                std::array::from_fn(|t| match p {
+        // Distinct values (-0.0 and 0.0 are one: `<` does not tell them apart).
+        thr.dedup_by(|a, b| a == b);
+        let distinct = thr.len();
+        let idx: Vec<[u8; SCALE_CANDIDATES]> = (0..=distinct)
+            .map(|q| {
+                std::array::from_fn(|t| match q {
                     0 => 0,
-                    _ => per[t].iter().filter(|&&x| x <= thr[p - 1]).count() as u8,
+                    _ => per[t].iter().filter(|&&x| x <= thr[q - 1]).count() as u8,
                 })
             })
             .collect();
-        let cbt = idx
-            .iter()
-            .map(|row| {
-                let mut c = [0.0f64; TW];
-                for (d, &q) in c.iter_mut().zip(row) {
-                    *d = cb[q as usize];
-                }
-                c
-            })
-            .collect();
+        let row = |f: &dyn Fn(f64) -> f64| -> Vec<Row> {
+            idx.iter()
+                .map(|ix| {
+                    let mut c = [[0.0f64; 4]; TW / 4];
+                    for (t, &q) in ix.iter().enumerate() {
+                        c[t / 4][t % 4] = f(cb[q as usize]);
+                    }
+                    c
+                })
+                .collect()
+        };
+        let cbt = row(&|c| c);
+        let cb2 = row(&|c| c * c);
         let range = 1.25 * thr.iter().fold(0.0f64, |a, x| a.max(x.abs()));
         let w = 2.0 * range / BUCKETS as f64;
-        let start = (0..BUCKETS)
-            .map(|b| {
-                let lo = -range + b as f64 * w;
-                thr.partition_point(|&x| x < lo - w) as u8
-            })
+        let below = |x: f64| thr.partition_point(|&t| t < x);
+        let start: Vec<u8> = (0..BUCKETS)
+            .map(|b| below(-range + b as f64 * w - w) as u8)
             .collect();
+        let steps = (0..BUCKETS)
+            .map(|b| {
+                let hi = if b + 1 == BUCKETS {
+                    f64::INFINITY
+                } else {
+                    -range + b as f64 * w + 2.0 * w
+                };
+                below(hi) - start[b] as usize
+            })
+            .max()
+            .unwrap_or(0);
+        // `+inf` past the end: `position` reads `steps` values from any start.
+        thr.resize(distinct + steps.max(1), f64::INFINITY);
         SearchTable {
             thr,
             idx,
             cb: cbt,
+            cb2,
             start,
+            steps,
             range,
             inv_w: 1.0 / w,
         }
     }
 
-    /// `#{k : thr[k] < r}`: from the bucket's lower bound, a scan (about
-    /// one step: the thresholds are ~`BUCKETS / ALL_THRESHOLDS` buckets
-    /// apart). Exact for every `r`; values outside the buckets start from
-    /// the first or the last one.
+    /// `#{k : thr[k] < r}`: the bucket's lower bound `s` plus how many of
+    /// the `steps` thresholds from `s` on are below `r` (they are sorted,
+    /// so these are the ones between `s` and the position; `thr` ends in
+    /// `steps` copies of `+inf`). Branch-free and exact for every `r`;
+    /// values outside the buckets start from the first or the last one.
     #[inline(always)]
     fn position(&self, r: f64) -> usize {
         let t = (r + self.range) * self.inv_w;
-        let b = if t < 0.0 {
+        // A 32-bit truncation of 0 <= t < BUCKETS, a select of the first or
+        // the last bucket otherwise (and of the last for NaN).
+        let b = if t >= 0.0 && t < BUCKETS as f64 {
+            t as i32 as usize
+        } else if t < 0.0 {
             0
-        } else if t < BUCKETS as f64 {
-            t as usize
         } else {
             BUCKETS - 1
         };
-        let mut k = self.start[b] as usize;
-        while k < self.thr.len() && self.thr[k] < r {
-            k += 1;
+        let s = self.start[b.min(BUCKETS - 1)] as usize;
+        let mut k = s;
+        for t in &self.thr[s..s + self.steps] {
+            k += usize::from(*t < r);
         }
         k
     }
+}
+
+/// The rotated values `r_j = (right_j * h_{perm_j}) / sqrt(128)` of a batch
+/// (`rot[j][l]`, in output-column order) and each one's [`SearchTable`]
+/// position (`pos[j][l]`).
+pub(crate) type Rotated = [[f64; LANES]; HADAMARD_N];
+/// See [`Rotated`].
+pub(crate) type Positions = [[u8; LANES]; HADAMARD_N];
+
+/// The norm search's sums of lane `l` (portable; the reference of the
+/// tiers): for every candidate slot `t`, `num[t] = sum_j r_j * c_jt` and
+/// `den[t] = sum_j c_jt * c_jt`, each product rounded, then added, in `j`
+/// order. Every slot is an independent sequence of the contract's
+/// roundings, so the slots may advance side by side in any vector width.
+#[inline(always)]
+pub(crate) fn sums(st: &SearchTable, rot: &Rotated, pos: &Positions, l: usize) -> (Row, Row) {
+    let mut num = [[0.0f64; 4]; TW / 4];
+    let mut den = [[0.0f64; 4]; TW / 4];
+    for (rj, pj) in rot.iter().zip(pos) {
+        let r = rj[l];
+        let q = pj[l] as usize;
+        let (c, c2) = (&st.cb[q], &st.cb2[q]);
+        for v in 0..TW / 4 {
+            for i in 0..4 {
+                num[v][i] += r * c[v][i];
+                den[v][i] += c2[v][i];
+            }
+        }
+    }
+    (num, den)
 }
 
 impl HadamardQuant {
@@ -175,7 +239,7 @@ impl HadamardQuant {
     #[inline(always)]
     pub(crate) fn batch(&self, x: &mut Batch, idx: &mut BatchIdx) -> [f64; LANES] {
         let norm = self.transform(x);
-        let s = self.refine(x, idx);
+        let s = self.refine(x, idx, sums);
         std::array::from_fn(|l| norm[l] * s[l])
     }
 
@@ -193,38 +257,46 @@ impl HadamardQuant {
     /// side (one vector over `t`), each still sequential in `j` with the
     /// contract's roundings (`r * c` rounded, then added; `c * c` likewise).
     #[inline(always)]
-    pub(crate) fn refine(&self, x: &Batch, idx: &mut BatchIdx) -> [f64; LANES] {
+    pub(crate) fn refine(
+        &self,
+        x: &Batch,
+        idx: &mut BatchIdx,
+        sums: impl Fn(&SearchTable, &Rotated, &Positions, usize) -> (Row, Row),
+    ) -> [f64; LANES] {
         let s128 = sqrt128();
         let st = &self.search;
-        let mut scale = [1.0f64; LANES];
-        let mut pos = [0u8; HADAMARD_N];
-        for l in 0..LANES {
-            let mut num = [0.0f64; TW];
-            let mut den = [0.0f64; TW];
-            for (j, (&p, &r)) in self.perm.iter().zip(&self.right).enumerate() {
-                let rj = (r * x[p][l]) / s128;
-                let k = st.position(rj);
-                pos[j] = k as u8;
-                let c = &st.cb[k];
-                for t in 0..TW {
-                    num[t] += rj * c[t];
-                    den[t] += c[t] * c[t];
-                }
+        // The rotated values of every lane at once (one vector over the
+        // lanes), then their positions.
+        let mut rot: Rotated = [[0.0; LANES]; HADAMARD_N];
+        for ((d, &p), &r) in rot.iter_mut().zip(&self.perm).zip(&self.right) {
+            for l in 0..LANES {
+                d[l] = (r * x[p][l]) / s128;
             }
+        }
+        let mut pos: Positions = [[0; LANES]; HADAMARD_N];
+        for (d, r) in pos.iter_mut().zip(&rot) {
+            for l in 0..LANES {
+                d[l] = st.position(r[l]) as u8;
+            }
+        }
+        let mut scale = [1.0f64; LANES];
+        for l in 0..LANES {
+            let (num, den) = sums(st, &rot, &pos, l);
             let mut best_score = f64::NEG_INFINITY;
             let mut best = PLAIN;
             for t in 0..SCALE_CANDIDATES {
-                if num[t] > 0.0 {
-                    let score = (num[t] * num[t]) / den[t];
+                let (n, d) = (num[t / 4][t % 4], den[t / 4][t % 4]);
+                if n > 0.0 {
+                    let score = (n * n) / d;
                     if score > best_score {
                         best_score = score;
                         best = t;
-                        scale[l] = num[t] / den[t];
+                        scale[l] = n / d;
                     }
                 }
             }
-            for (d, &k) in idx.iter_mut().zip(&pos) {
-                d[l] = st.idx[k as usize][best];
+            for (d, p) in idx.iter_mut().zip(&pos) {
+                d[l] = st.idx[p[l] as usize][best];
             }
         }
         scale
@@ -272,28 +344,48 @@ mod tests {
 
     /// The table answers the contract's question (`#{i : m_i * g_t < r}`
     /// for every candidate, by direct count) for values on, just beside,
-    /// between and far outside every threshold, and for a dense sweep.
+    /// between and far outside every threshold, and for a dense sweep; its
+    /// rows hold each candidate's codebook value and the f64 square of it.
     #[test]
     fn search_table_positions_give_each_candidates_index() {
-        let cb = lloyd_max(128).unwrap();
-        let st = SearchTable::new(&cb.values, &cb.midpoints);
-        let mut probes: Vec<f64> = vec![0.0, -0.0, 1.0, -1.0, 1e300, -1e300, f64::MIN_POSITIVE];
-        for &x in &st.thr {
-            probes.extend([x, x.next_up(), x.next_down(), 2.0 * x, x / 2.0]);
-        }
-        probes.extend((-40000..=40000).map(|i| i as f64 * 1e-5));
-        for r in probes {
-            let p = st.position(r);
-            assert_eq!(
-                p,
-                st.thr.iter().filter(|&&x| x < r).count(),
-                "position of {r:e}"
-            );
-            for t in 0..SCALE_CANDIDATES {
-                let g = scale_candidate(t);
-                let want = cb.midpoints.iter().filter(|&&m| m * g < r).count();
-                assert_eq!(st.idx[p][t] as usize, want, "candidate {t}, r = {r:e}");
-                assert_eq!(st.cb[p][t], cb.values[want]);
+        for d in [128usize, 640] {
+            let cb = lloyd_max(d).unwrap();
+            let st = SearchTable::new(&cb.values, &cb.midpoints);
+            let distinct = st.idx.len() - 1;
+            assert!(st.thr[distinct..].iter().all(|&x| x == f64::INFINITY));
+            assert!(st.thr.len() >= distinct + st.steps.max(1));
+            assert!(st.thr[..distinct].windows(2).all(|w| w[0] < w[1]));
+            assert!(st.steps >= 1 && st.steps <= 8, "steps {}", st.steps);
+            let mut probes: Vec<f64> = vec![
+                0.0,
+                -0.0,
+                1.0,
+                -1.0,
+                1e300,
+                -1e300,
+                f64::MIN_POSITIVE,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+            ];
+            for &x in &st.thr[..distinct] {
+                probes.extend([x, x.next_up(), x.next_down(), 2.0 * x, x / 2.0]);
+            }
+            probes.extend((-40000..=40000).map(|i| i as f64 * 1e-5));
+            for r in probes {
+                let q = st.position(r);
+                assert_eq!(
+                    q,
+                    st.thr.iter().filter(|&&x| x < r).count(),
+                    "position of {r:e}"
+                );
+                for t in 0..SCALE_CANDIDATES {
+                    let g = scale_candidate(t);
+                    let want = cb.midpoints.iter().filter(|&&m| m * g < r).count();
+                    assert_eq!(st.idx[q][t] as usize, want, "candidate {t}, r = {r:e}");
+                    let c = cb.values[want];
+                    assert_eq!(st.cb[q][t / 4][t % 4], c);
+                    assert_eq!(st.cb2[q][t / 4][t % 4], c * c);
+                }
             }
         }
     }

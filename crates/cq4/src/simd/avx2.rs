@@ -7,7 +7,9 @@
 use std::arch::x86_64::*;
 
 use super::{APack, BRow, Tile, KB, MR, NR};
-use crate::hadamard_quant::{Batch, BatchIdx, HadamardQuant, LANES};
+use crate::hadamard_quant::{
+    Batch, BatchIdx, HadamardQuant, Positions, Rotated, Row, SearchTable, LANES,
+};
 
 /// Safe entry: checks the CPU, then runs the kernel.
 pub(super) fn tile(a: &[APack], b: &[BRow]) -> Tile {
@@ -70,6 +72,48 @@ pub(super) fn hadamard_batch(q: &HadamardQuant, x: &mut Batch, idx: &mut BatchId
 #[target_feature(enable = "avx2")]
 fn hadamard_batch_avx2(q: &HadamardQuant, x: &mut Batch, idx: &mut BatchIdx) -> [f64; LANES] {
     let norm = q.transform(x);
-    let s = q.refine(x, idx);
+    // The closure inherits this function's target features.
+    let s = q.refine(x, idx, |st, rot, pos, l| sums_avx2(st, rot, pos, l));
     std::array::from_fn(|l| norm[l] * s[l])
+}
+
+/// [`crate::hadamard_quant::sums`] with the candidate slots in vectors:
+/// slots 0-7 in two 4-lane vectors, slots 8-9 in a 2-lane one (slots
+/// 10-11 are padding and stay 0). Each slot's product is rounded, then
+/// added (no FMA), in `j` order: the portable function's values.
+#[target_feature(enable = "avx2")]
+fn sums_avx2(st: &SearchTable, rot: &Rotated, pos: &Positions, l: usize) -> (Row, Row) {
+    const _: () = assert!(crate::hadamard_quant::SCALE_CANDIDATES <= 10);
+    let (mut n0, mut n1, mut n2) = (_mm256_setzero_pd(), _mm256_setzero_pd(), _mm_setzero_pd());
+    let (mut d0, mut d1, mut d2) = (_mm256_setzero_pd(), _mm256_setzero_pd(), _mm_setzero_pd());
+    for (rj, pj) in rot.iter().zip(pos) {
+        let q = pj[l] as usize;
+        let (c, c2) = (&st.cb[q], &st.cb2[q]);
+        let r = _mm256_set1_pd(rj[l]);
+        // SAFETY: `c` and `c2` are `[[f64; 4]; 3]`: every load below reads
+        // inside one of their rows (4 lanes at [0] and [1], 2 at [2]).
+        unsafe {
+            n0 = _mm256_add_pd(n0, _mm256_mul_pd(r, _mm256_loadu_pd(c[0].as_ptr())));
+            n1 = _mm256_add_pd(n1, _mm256_mul_pd(r, _mm256_loadu_pd(c[1].as_ptr())));
+            n2 = _mm_add_pd(
+                n2,
+                _mm_mul_pd(_mm256_castpd256_pd128(r), _mm_loadu_pd(c[2].as_ptr())),
+            );
+            d0 = _mm256_add_pd(d0, _mm256_loadu_pd(c2[0].as_ptr()));
+            d1 = _mm256_add_pd(d1, _mm256_loadu_pd(c2[1].as_ptr()));
+            d2 = _mm_add_pd(d2, _mm_loadu_pd(c2[2].as_ptr()));
+        }
+    }
+    let mut num = [[0.0f64; 4]; 3];
+    let mut den = [[0.0f64; 4]; 3];
+    // SAFETY: each store writes inside one `[f64; 4]` row (4 or 2 lanes).
+    unsafe {
+        _mm256_storeu_pd(num[0].as_mut_ptr(), n0);
+        _mm256_storeu_pd(num[1].as_mut_ptr(), n1);
+        _mm_storeu_pd(num[2].as_mut_ptr(), n2);
+        _mm256_storeu_pd(den[0].as_mut_ptr(), d0);
+        _mm256_storeu_pd(den[1].as_mut_ptr(), d1);
+        _mm_storeu_pd(den[2].as_mut_ptr(), d2);
+    }
+    (num, den)
 }
