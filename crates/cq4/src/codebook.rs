@@ -98,6 +98,50 @@ fn midpoints_of(c: &[f64; LEVELS]) -> [f64; LEVELS - 1] {
     m
 }
 
+/// The sums of one Lloyd iteration (step 4): for every cell `q`,
+/// `W_q = sum w_j` and `M_q = sum (w_j * x_j)` over its grid points in
+/// ascending `j`, each product rounded, then added. The grid is ascending
+/// and the midpoints `b` non-decreasing, so each cell is one run of the
+/// grid, `x_j` with `b_{q-1} < x_j <= b_q`. The cells' sums are independent
+/// sequences: cells `q` and `15 - q` (about as long, the density being
+/// even) run side by side in registers, each still sequential in `j`, so
+/// the values are those of one sweep over the grid.
+fn cell_sums(xs: &[f64], ws: &[f64], b: &[f64; LEVELS - 1]) -> ([f64; LEVELS], [f64; LEVELS]) {
+    let mut start = [0usize; LEVELS + 1];
+    for q in 1..LEVELS {
+        // Exactly the sweep's test `b_{q-1} < x` (negated), NaN included.
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
+        let p = xs.partition_point(|&x| !(b[q - 1] < x));
+        start[q] = p;
+    }
+    start[LEVELS] = xs.len();
+    let cell = |q: usize| (&xs[start[q]..start[q + 1]], &ws[start[q]..start[q + 1]]);
+    let mut wsum = [0.0f64; LEVELS];
+    let mut msum = [0.0f64; LEVELS];
+    for q in 0..LEVELS / 2 {
+        let p = LEVELS - 1 - q;
+        let ((xa, wa), (xb, wb)) = (cell(q), cell(p));
+        let both = xa.len().min(xb.len());
+        let (mut w0, mut m0, mut w1, mut m1) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+        for j in 0..both {
+            w0 += wa[j];
+            m0 += wa[j] * xa[j];
+            w1 += wb[j];
+            m1 += wb[j] * xb[j];
+        }
+        for j in both..xa.len() {
+            w0 += wa[j];
+            m0 += wa[j] * xa[j];
+        }
+        for j in both..xb.len() {
+            w1 += wb[j];
+            m1 += wb[j] * xb[j];
+        }
+        (wsum[q], msum[q], wsum[p], msum[p]) = (w0, m0, w1, m1);
+    }
+    (wsum, msum)
+}
+
 /// Compute the Lloyd–Max codebook for dimension `d` (`d >= 4`).
 pub fn lloyd_max(d: usize) -> Result<Codebook, Cq4Error> {
     if d < 4 {
@@ -138,16 +182,7 @@ pub fn lloyd_max(d: usize) -> Result<Codebook, Cq4Error> {
         if b.windows(2).any(|p| p[0] > p[1]) {
             return Err(Cq4Error::CodebookNotConverged { d });
         }
-        let mut wsum = [0.0f64; LEVELS];
-        let mut msum = [0.0f64; LEVELS];
-        let mut cell = 0usize;
-        for (&x, &w) in xs.iter().zip(&ws) {
-            while cell < LEVELS - 1 && b[cell] < x {
-                cell += 1;
-            }
-            wsum[cell] += w;
-            msum[cell] += w * x;
-        }
+        let (wsum, msum) = cell_sums(&xs, &ws, &b);
         let mut delta = 0.0f64;
         for q in 0..LEVELS {
             if wsum[q] > 0.0 {
@@ -314,5 +349,53 @@ mod tests {
             lloyd_max(3),
             Err(Cq4Error::CodebookDimension { d: 3 })
         ));
+    }
+
+    /// [`cell_sums`] gives the values of the contract's single sweep over
+    /// the grid (a point goes to cell `#{i : b_i < x}`), bit for bit, for
+    /// the midpoints of real iterations, ties on grid points, empty cells
+    /// and cells running to the grid's ends.
+    #[test]
+    fn cell_sums_equal_one_sweep() {
+        fn sweep(xs: &[f64], ws: &[f64], b: &[f64; LEVELS - 1]) -> ([f64; LEVELS], [f64; LEVELS]) {
+            let mut wsum = [0.0f64; LEVELS];
+            let mut msum = [0.0f64; LEVELS];
+            let mut cell = 0usize;
+            for (&x, &w) in xs.iter().zip(ws) {
+                while cell < LEVELS - 1 && b[cell] < x {
+                    cell += 1;
+                }
+                wsum[cell] += w;
+                msum[cell] += w * x;
+            }
+            (wsum, msum)
+        }
+        let bits = |v: &[f64; LEVELS]| v.map(f64::to_bits);
+        for d in [4usize, 5, 128, 640] {
+            let (xs, ws) = grid(d);
+            let cb = lloyd_max(d).unwrap();
+            let mut cases = vec![cb.midpoints, midpoints_of(&cb.raw)];
+            // Midpoints on grid points (ties go to the lower cell), equal
+            // midpoints (empty cells) and midpoints beyond the grid.
+            let mut on = [0.0f64; LEVELS - 1];
+            for (i, m) in on.iter_mut().enumerate() {
+                *m = xs[1000 + 12000 * i];
+            }
+            cases.push(on);
+            let mut dup = cb.midpoints;
+            dup[3] = dup[4];
+            dup[5] = dup[4];
+            cases.push(dup);
+            let mut wide = cb.midpoints;
+            wide[0] = -2.0;
+            wide[LEVELS - 2] = 2.0;
+            cases.push(wide);
+            for b in cases {
+                let (w1, m1) = cell_sums(&xs, &ws, &b);
+                let (w2, m2) = sweep(&xs, &ws, &b);
+                assert_eq!(bits(&w1), bits(&w2), "d {d}");
+                assert_eq!(bits(&m1), bits(&m2), "d {d}");
+            }
+        }
     }
 }
