@@ -17,7 +17,10 @@
 
 use weights_file::{Precision, WeightsFile};
 
-use kernels::{Exec, Gemv, GgmlExperts, Isa, Matrix, PanelMatrix, RotationFamily, Workspace};
+use kernels::{
+    Exec, Gemv, GgmlExperts, GgmlMatrix, Isa, Matrix, PanelMatrix, RotationFamily, RowLayout,
+    Workspace,
+};
 
 use crate::oracle::{compare, ErrorStats};
 use crate::reference::{compare_exact, reference_with, ExactStats, Reference};
@@ -124,6 +127,35 @@ pub fn check_container(bytes: &[u8], isas: &[Isa]) -> FileCheck {
 /// nothing) only if `e2e`; without it the reference's end-to-end values are
 /// NaN, so [`IsaCheck::e2e`] counts every row as non-finite and says nothing.
 pub fn check_container_with(bytes: &[u8], isas: &[Isa], e2e: bool) -> FileCheck {
+    check_scoped(bytes, isas, Scope { e2e, gemm: true })
+}
+
+/// What a conversion checks on a file it has just written: as
+/// [`check_container`] on `isas`, without the end-to-end error and without
+/// the M = 2 GEMM against the GEMV (a property of the kernels, which their
+/// tests prove and `convert verify` checks on any file).
+pub fn self_check_container(bytes: &[u8], isas: &[Isa]) -> FileCheck {
+    check_scoped(
+        bytes,
+        isas,
+        Scope {
+            e2e: false,
+            gemm: false,
+        },
+    )
+}
+
+/// Which of the optional checks run.
+#[derive(Debug, Clone, Copy)]
+struct Scope {
+    /// The end-to-end error (information).
+    e2e: bool,
+    /// The M = 2 GEMM against the GEMV, bit for bit.
+    gemm: bool,
+}
+
+fn check_scoped(bytes: &[u8], isas: &[Isa], scope: Scope) -> FileCheck {
+    let e2e = scope.e2e;
     let mut fc = FileCheck::default();
     let f = match WeightsFile::parse(bytes) {
         Ok(f) => f,
@@ -140,7 +172,7 @@ pub fn check_container_with(bytes: &[u8], isas: &[Isa], e2e: bool) -> FileCheck 
         .sidecar_shape()
         .is_some_and(|s| s.experts.is_some())
     {
-        return check_experts(&f, isas, e2e, fc);
+        return check_experts(&f, isas, scope, fc);
     }
     let m = match Matrix::from_file(&f) {
         Ok(m) => m,
@@ -208,14 +240,15 @@ pub fn check_container_with(bytes: &[u8], isas: &[Isa], e2e: bool) -> FileCheck 
     } else {
         isas.to_vec()
     };
-    run_tiers(&[g], &x, &r, &tiers, &mut fc);
+    run_tiers(&[g], &x, &r, &tiers, scope.gemm, &mut fc);
     fc
 }
 
 /// A 3-D expert sidecar: every expert is checked as the 2-D matrix
 /// [`GgmlExperts::expert`] gives (same activations), its rows appended to
 /// one result, so a failing row is `expert x N + row`.
-fn check_experts(f: &WeightsFile<'_>, isas: &[Isa], e2e: bool, mut fc: FileCheck) -> FileCheck {
+fn check_experts(f: &WeightsFile<'_>, isas: &[Isa], scope: Scope, mut fc: FileCheck) -> FileCheck {
+    let e2e = scope.e2e;
     let ex = match GgmlExperts::from_file(f) {
         Ok(ex) => ex,
         Err(e) => {
@@ -269,13 +302,238 @@ fn check_experts(f: &WeightsFile<'_>, isas: &[Isa], e2e: bool, mut fc: FileCheck
     }
     fc.activation_ratio = Some(r.act_ratio);
     let gemvs: Vec<&dyn Gemv> = mats.iter().map(|m| m as &dyn Gemv).collect();
-    run_tiers(&gemvs, &x, &r, isas, &mut fc);
+    run_tiers(&gemvs, &x, &r, isas, scope.gemm, &mut fc);
+    fc
+}
+
+/// Runs of consecutive row groups in the GEMV sample of
+/// [`check_sidecar_copy`] (at most; a matrix with fewer groups has them all).
+pub const SAMPLE_RUNS: usize = 8;
+/// Row groups per run of the sample.
+pub const SAMPLE_RUN_GROUPS: usize = 2;
+
+/// The rows [`check_sidecar_copy`] runs the GEMV on, as `(first row, rows)`
+/// runs of an `n`-row matrix in groups of `factor` rows (`factor` 1: plain
+/// rows): `G = n / factor` whole groups, at most [`SAMPLE_RUNS`] runs of
+/// [`SAMPLE_RUN_GROUPS`] groups starting at groups `floor(i (G - 2) / 7)`,
+/// `i = 0..8` (so the first and the last groups are in), the `n % factor`
+/// tail rows added to the run that ends at the last group; every row when
+/// there are at most 16 groups. Runs are disjoint and in order.
+pub fn sample_runs(n: usize, factor: usize) -> Vec<(usize, usize)> {
+    let factor = factor.max(1);
+    let groups = n / factor;
+    let per = SAMPLE_RUN_GROUPS;
+    if groups <= SAMPLE_RUNS * per {
+        return if n == 0 { vec![] } else { vec![(0, n)] };
+    }
+    let span = groups - per;
+    let mut starts: Vec<usize> = (0..SAMPLE_RUNS)
+        .map(|i| i * span / (SAMPLE_RUNS - 1))
+        .collect();
+    starts.dedup();
+    starts
+        .into_iter()
+        .map(|g| {
+            let rows = if g + per == groups {
+                n - g * factor
+            } else {
+                per * factor
+            };
+            (g * factor, rows)
+        })
+        .collect()
+}
+
+/// Where block `b` of row `r` of an `n`-row matrix (`blocks` blocks of
+/// `bb` bytes per row) lies in its sidecar layout (docs/FORMAT.md §sidecar):
+/// rows in groups of `factor`, block `b` of the group's row `r % factor` at
+/// slot `b * factor + r % factor` of the group; the rows after the last
+/// whole group plain. Written from the format's text, apart from the
+/// writer's and the kernels' code.
+fn sidecar_block_offset(
+    n: usize,
+    r: usize,
+    b: usize,
+    blocks: usize,
+    bb: usize,
+    factor: usize,
+) -> usize {
+    let row_bytes = blocks * bb;
+    if r >= n / factor * factor {
+        r * row_bytes + b * bb
+    } else {
+        let g = r / factor;
+        g * factor * row_bytes + (b * factor + r % factor) * bb
+    }
+}
+
+/// The self-check of a ggml sidecar written from a quantized source
+/// tensor by moving whole blocks (keep mode without `--qtype`), given the
+/// file's bytes and `source`, the tensor's bytes as stored in the source:
+///
+/// - the container is validated as in [`check_container`];
+/// - **every byte** of the data region is compared with the source: the
+///   block at each position of the sidecar layout must be the source's
+///   block of that row and column ([`sidecar_block_offset`]), so the file
+///   holds exactly the source's weights (a problem names the first row
+///   that differs);
+/// - the kernels are run on the [`sample_runs`] rows of each matrix (of
+///   each expert) on `isas`, each within the proven bound of the exact
+///   reference, as [`check_container`] does on every row: that the
+///   kernels read this layout right.
+///
+/// Cheaper than [`check_container`] (a byte comparison instead of the f64
+/// reference on every row) and stronger on the file's content, which it
+/// ties to the source.
+pub fn check_sidecar_copy(bytes: &[u8], source: &[u8], isas: &[Isa]) -> FileCheck {
+    let mut fc = FileCheck::default();
+    let f = match WeightsFile::parse(bytes) {
+        Ok(f) => f,
+        Err(e) => {
+            fc.problems.push(format!("container: {e}"));
+            return fc;
+        }
+    };
+    let Some(shape) = f.header().sidecar_shape() else {
+        fc.problems.push("not a ggml sidecar".into());
+        return fc;
+    };
+    let experts = shape.experts.map_or(1, |e| e as usize);
+    let mats: Vec<GgmlMatrix<'_>> = match shape.experts {
+        Some(_) => match GgmlExperts::from_file(&f) {
+            Ok(ex) => (0..ex.experts())
+                .filter_map(|e| ex.expert(e).ok())
+                .collect(),
+            Err(e) => {
+                fc.problems.push(e.to_string());
+                return fc;
+            }
+        },
+        None => match GgmlMatrix::from_file(&f) {
+            Ok(m) => vec![m],
+            Err(e) => {
+                fc.problems.push(e.to_string());
+                return fc;
+            }
+        },
+    };
+    if mats.len() != experts {
+        fc.problems
+            .push("an expert matrix does not fit the file".into());
+        return fc;
+    }
+    let m0 = mats[0];
+    fc.kind = format!("{} {}", m0.format().ggml_type(), m0.layout().name());
+    fc.shape = (m0.rows(), m0.cols());
+    fc.experts = shape.experts.map(|e| e as usize);
+    let factor = match m0.layout() {
+        RowLayout::Interleaved(f) => f,
+        RowLayout::RowMajor => 1,
+    };
+    let (n, bb) = (m0.rows(), m0.format().block_bytes());
+    let blocks = m0.blocks_per_row();
+    let row_bytes = blocks * bb;
+    let data = f.data();
+    if data.len() != source.len() || data.len() != experts * n * row_bytes {
+        fc.problems.push(format!(
+            "data is {} bytes, the source tensor {} ({} matrices of {n} rows of {row_bytes} bytes)",
+            data.len(),
+            source.len(),
+            experts
+        ));
+        return fc;
+    }
+    'outer: for e in 0..experts {
+        let (fd, sd) = (
+            &data[e * n * row_bytes..(e + 1) * n * row_bytes],
+            &source[e * n * row_bytes..(e + 1) * n * row_bytes],
+        );
+        for r in 0..n {
+            for b in 0..blocks {
+                let at = sidecar_block_offset(n, r, b, blocks, bb, factor);
+                let want = &sd[r * row_bytes + b * bb..r * row_bytes + (b + 1) * bb];
+                if fd[at..at + bb] != *want {
+                    fc.problems.push(format!(
+                        "data differs from the source tensor (first at {}row {r}, block {b})",
+                        if experts > 1 {
+                            format!("expert {e}, ")
+                        } else {
+                            String::new()
+                        }
+                    ));
+                    break 'outer;
+                }
+            }
+        }
+    }
+    // The sampled rows of every matrix, as sub-matrices over whole row
+    // groups (the tail rows stay after the last group, as in the file).
+    let x = activations(m0.cols());
+    let mut subs: Vec<GgmlMatrix<'_>> = Vec::new();
+    for m in &mats {
+        for (first, rows) in sample_runs(n, factor) {
+            match GgmlMatrix::new(
+                m.format(),
+                m.layout(),
+                rows,
+                m.cols(),
+                &m.data()[first * row_bytes..(first + rows) * row_bytes],
+            ) {
+                Ok(s) => subs.push(s),
+                Err(e) => {
+                    fc.problems.push(e.to_string());
+                    return fc;
+                }
+            }
+        }
+    }
+    let mut all: Option<Reference> = None;
+    for s in &subs {
+        let r = match reference_with(&Matrix::Ggml(*s), &x, false) {
+            Ok(r) => r,
+            Err(err) => {
+                fc.problems.push(format!("reference: {err}"));
+                return fc;
+            }
+        };
+        match &mut all {
+            None => all = Some(r),
+            Some(a) => {
+                a.exact.extend(r.exact);
+                a.bound.extend(r.bound);
+                a.e2e.extend(r.e2e);
+                a.act_ratio = a.act_ratio.max(r.act_ratio);
+                a.nonfinite_weights += r.nonfinite_weights;
+            }
+        }
+    }
+    let Some(r) = all else {
+        fc.problems.push("no rows".into());
+        return fc;
+    };
+    if r.nonfinite_weights > 0 {
+        fc.problems.push(format!(
+            "{} decoded weights are not finite (corrupt block scale)",
+            r.nonfinite_weights
+        ));
+    }
+    fc.activation_ratio = Some(r.act_ratio);
+    let gemvs: Vec<&dyn Gemv> = subs.iter().map(|m| m as &dyn Gemv).collect();
+    run_tiers(&gemvs, &x, &r, isas, false, &mut fc);
     fc
 }
 
 /// Run `mats` (the rows of one file, in order) on every tier of `tiers`
-/// and hold the concatenated result to `r` and to the scalar tier.
-fn run_tiers(mats: &[&dyn Gemv], x: &[f32], r: &Reference, tiers: &[Isa], fc: &mut FileCheck) {
+/// and hold the concatenated result to `r` and to the scalar tier; with
+/// `gemm`, also run the M = 2 GEMM against the GEMV.
+fn run_tiers(
+    mats: &[&dyn Gemv],
+    x: &[f32],
+    r: &Reference,
+    tiers: &[Isa],
+    gemm: bool,
+    fc: &mut FileCheck,
+) {
     let rows: usize = mats.iter().map(|m| m.rows()).sum();
     let mut ws = Workspace::new();
     let mut scalar_bits: Option<Vec<u32>> = None;
@@ -295,9 +553,7 @@ fn run_tiers(mats: &[&dyn Gemv], x: &[f32], r: &Reference, tiers: &[Isa], fc: &m
         if isa == Isa::Scalar && error.is_none() {
             scalar_bits = Some(y.iter().map(|v| v.to_bits()).collect());
         }
-        let gemm = error
-            .is_none()
-            .then(|| gemm_matches(mats, x, &y, isa, &mut ws));
+        let gemm = (gemm && error.is_none()).then(|| gemm_matches(mats, x, &y, isa, &mut ws));
         runs.push((isa, y, error, gemm));
     }
     for (isa, y, error, gemm_identical) in runs {
@@ -413,6 +669,105 @@ mod tests {
             b.extend_from_slice(&il);
         }
         b
+    }
+
+    /// A Q4_0 sidecar (factor `f`) of an `n x 64` matrix (2 blocks per
+    /// row) made by the writer's repack, and its source bytes.
+    fn q4_0_sidecar(n: usize, f: usize, experts: usize) -> (Vec<u8>, Vec<u8>) {
+        use ggml_quants::GgmlType;
+        use weights_file::{interleave, Interleave, SidecarShape};
+        let k = 64;
+        let rb = 2 * 18;
+        let shape = if experts > 1 {
+            SidecarShape::experts(experts as u64, n as u64, k as u64)
+        } else {
+            SidecarShape::matrix(n as u64, k as u64)
+        };
+        let il = if f == 4 {
+            Interleave::R4
+        } else {
+            Interleave::R8
+        };
+        let h = Header::sidecar_of(GgmlType::Q4_0, il, shape).unwrap();
+        let mut b = prefix(&h, &[]).unwrap();
+        let mut src = Vec::new();
+        for e in 0..experts {
+            let w: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 31 + e * 7) % 29) as f32 / 29.0 - 0.5)
+                .collect();
+            let mut q = vec![0u8; n * rb];
+            ggml_quants::quantize_rows(GgmlType::Q4_0, &w, k, &mut q).unwrap();
+            let mut il = vec![0u8; q.len()];
+            interleave::repack(&q, n, rb, 18, f, &mut il).unwrap();
+            b.extend_from_slice(&il);
+            src.extend_from_slice(&q);
+        }
+        (b, src)
+    }
+
+    #[test]
+    fn sample_runs_cover_first_last_and_tail() {
+        assert_eq!(sample_runs(0, 8), vec![]);
+        assert_eq!(sample_runs(100, 8), vec![(0, 100)]);
+        assert_eq!(sample_runs(131, 8), vec![(0, 131)]);
+        for (n, f) in [
+            (4096usize, 8usize),
+            (4099, 8),
+            (1003, 4),
+            (139, 8),
+            (10_000, 1),
+        ] {
+            let runs = sample_runs(n, f);
+            assert!(runs.len() <= SAMPLE_RUNS, "{n} {f}");
+            assert_eq!(runs[0].0, 0);
+            let (a, r) = *runs.last().unwrap();
+            assert_eq!(a + r, n, "{n} {f}: ends at the last row");
+            for w in runs.windows(2) {
+                assert!(w[0].0 + w[0].1 <= w[1].0, "{n} {f}: disjoint, in order");
+            }
+            for &(a, r) in &runs {
+                assert_eq!(a % f, 0);
+                assert!(r >= SAMPLE_RUN_GROUPS * f && r < (SAMPLE_RUN_GROUPS + 1) * f);
+            }
+        }
+    }
+
+    #[test]
+    fn sidecar_copies_are_checked_byte_for_byte_and_sampled() {
+        for (n, f, e) in [
+            (8usize, 8usize, 1usize),
+            (13, 4, 1),
+            (300, 8, 1),
+            (203, 8, 3),
+        ] {
+            let (b, src) = q4_0_sidecar(n, f, e);
+            let fc = check_sidecar_copy(&b, &src, &kernels::available());
+            assert!(fc.pass(), "{n} {f} {e}: {fc:?}");
+            assert_eq!(fc.shape, (n, 64));
+            assert_eq!(fc.isas.len(), kernels::available().len());
+            // One changed byte of the data anywhere (here: the last one, a
+            // tail row or the last group) is found.
+            let mut bad = b.clone();
+            let last = bad.len() - 1;
+            bad[last] ^= 0x10;
+            let fc = check_sidecar_copy(&bad, &src, &[Isa::Scalar]);
+            assert!(!fc.pass());
+            assert!(fc.problems[0].contains("differs from the source"), "{fc:?}");
+            // Two blocks of a group swapped: same bytes, wrong places.
+            let mut swapped = b.clone();
+            let d = swapped.len() - e * n * 36;
+            let (x, y) = (d, d + 18);
+            for i in 0..18 {
+                swapped.swap(x + i, y + i);
+            }
+            if swapped != b {
+                let fc = check_sidecar_copy(&swapped, &src, &[Isa::Scalar]);
+                assert!(fc.problems[0].contains("row 0"), "{fc:?}");
+            }
+            // Not this tensor's source.
+            let fc = check_sidecar_copy(&b, &src[..src.len() - 36], &[Isa::Scalar]);
+            assert!(!fc.pass());
+        }
     }
 
     #[test]
