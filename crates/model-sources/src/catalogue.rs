@@ -251,6 +251,15 @@ impl Catalogue {
         &self.files[t.file].bytes()[t.offset as usize..(t.offset + t.n_bytes) as usize]
     }
 
+    /// [`MappedFile::release`] of bytes `start .. end` of a tensor's data
+    /// (clamped to the tensor): pages already read leave the resident set.
+    pub fn release(&self, t: &Tensor, start: u64, end: u64) {
+        let end = end.min(t.n_bytes);
+        if start < end {
+            self.files[t.file].release(t.offset + start, end - start);
+        }
+    }
+
     /// The path of the file a tensor is in.
     pub fn file_of(&self, t: &Tensor) -> &Path {
         self.files[t.file].path()

@@ -48,6 +48,40 @@ impl MappedFile {
         self.map.as_deref().unwrap_or(&[])
     }
 
+    /// Hand the pages of bytes `offset .. offset + len` back to the system:
+    /// they leave this process's resident set (they stay in the page cache)
+    /// and a later read of them maps them again, with the same bytes. Call
+    /// it on source ranges that have been read, so that the mapped source
+    /// adds to the resident set only what is being read. Out-of-range parts
+    /// are ignored; the kernel rounds the range out to whole pages, which
+    /// is harmless (a page of a neighbouring range is read again). A hint:
+    /// failures are ignored.
+    pub fn release(&self, offset: u64, len: u64) {
+        let Some(map) = &self.map else { return };
+        let size = map.len() as u64;
+        let start = offset.min(size);
+        let len = len.min(size - start);
+        if len == 0 {
+            return;
+        }
+        #[cfg(unix)]
+        {
+            use memmap2::UncheckedAdvice;
+            // SAFETY: the map is read-only (`Mmap`, PROT_READ) and private,
+            // and this process never writes to it, so it holds no private
+            // (copy-on-write) pages: MADV_DONTNEED only unmaps clean pages of
+            // the file, and the next access faults the file's pages back in.
+            // A reference into the range that is still alive (another thread
+            // reading the same tensor) therefore keeps seeing the same bytes,
+            // under the same contract as the map itself (the file is not
+            // modified while `convert` runs). The range is inside the map
+            // (clamped above).
+            let _ = unsafe {
+                map.unchecked_advise_range(UncheckedAdvice::DontNeed, start as usize, len as usize)
+            };
+        }
+    }
+
     /// The path it was opened from.
     pub fn path(&self) -> &Path {
         &self.path

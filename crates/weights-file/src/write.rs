@@ -1,7 +1,7 @@
 //! Writing container files: temporary name, then rename.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::format::{Header, Layout};
@@ -53,6 +53,31 @@ impl AtomicFile {
         Ok(())
     }
 
+    /// Flush and rename into place *without* syncing: the data may still be
+    /// only in the page cache. Returns the file, which the caller must
+    /// `sync_all` before anything relies on the contents being on disk
+    /// (e.g. before a later rename makes the file visible elsewhere). For
+    /// writers that sync many files in the background instead of waiting
+    /// for each.
+    pub fn commit_unsynced(mut self) -> io::Result<File> {
+        let w = self
+            .file
+            .take()
+            .ok_or_else(|| io::Error::other("file already committed"))?;
+        let f = match w.into_inner() {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = std::fs::remove_file(&self.tmp);
+                return Err(e.into_error());
+            }
+        };
+        if let Err(e) = std::fs::rename(&self.tmp, &self.dest) {
+            let _ = std::fs::remove_file(&self.tmp);
+            return Err(e);
+        }
+        Ok(f)
+    }
+
     /// The final path.
     pub fn dest(&self) -> &Path {
         &self.dest
@@ -78,6 +103,17 @@ impl Write for AtomicFile {
         match &mut self.file {
             Some(f) => f.flush(),
             None => Ok(()),
+        }
+    }
+}
+
+/// Writers that fill a region later (a header whose contents are known
+/// only at the end) seek back to it; the buffer is flushed first.
+impl Seek for AtomicFile {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        match &mut self.file {
+            Some(f) => f.seek(pos),
+            None => Err(io::Error::other("file already committed")),
         }
     }
 }
