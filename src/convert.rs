@@ -10,6 +10,7 @@ use model_sources::{Catalogue, SourceKind};
 use rayon::prelude::*;
 
 use crate::cli::ConvertArgs;
+use crate::digest;
 use crate::extra::ExtraContent;
 use crate::manifest::{
     self, source_name, Entry, ExtraFile, Manifest, SkippedFile, Source, SourceFile, Tool,
@@ -52,7 +53,15 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
 
     let result = pool.install(|| -> Result<(Manifest, usize)> {
         let portion = Portion::all(&cat, &plan);
-        let done = write_portion(&cat, &plan, &dir, &portion, resume.as_ref(), args.quiet, &opts)?;
+        let check = !args.no_verify;
+        if check {
+            // A bad CONVERT_FORCE_ISA cap is bad input, as in `convert verify`.
+            crate::verify::select_isas(crate::cli::IsaArg::All)?;
+        }
+        let done = write_portion(&cat, &plan, &dir, &portion, resume.as_ref(), args.quiet, &opts, check)?;
+        if !done.failed.is_empty() {
+            return Err(crate::verify::written_bundle_failed(&done.failed));
+        }
         let reused = done.reused;
         let files = done.source_files(&cat);
         let entries = done.entries.into_iter().map(|(_, e)| e).collect();
@@ -62,13 +71,12 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
             dir.write_small(n, b)
         })?;
         dir.write_small(outdir::MANIFEST, manifest.to_json().as_bytes())?;
-        if !args.no_verify {
-            let (files, isa) = crate::verify::check_written_bundle(dir.staging(), args.quiet)?;
-            if !args.quiet && !args.json {
-                eprintln!(
-                    "  verified: {files} files on {isa}, against the manifest and the f64 references"
-                );
-            }
+        if check && !args.quiet && !args.json {
+            eprintln!(
+                "  verified: {} files on {}, each as it was written (sidecars against the source bytes, every file's GEMV against the f64 references)",
+                done.checked,
+                kernels::best().name()
+            );
         }
         Ok((manifest, reused))
     });
@@ -112,7 +120,7 @@ pub fn assemble(
             .iter()
             .find(|f| Some(&f.name) == e.source_file.as_ref())
         {
-            e.sha256 = f.sha256.clone();
+            e.sha256 = f.digest.clone();
         }
     }
     if let Some(model_type) = engine_model_type {
@@ -245,14 +253,21 @@ impl Portion {
 struct Done {
     entries: Vec<(usize, Entry)>,
     extras: Vec<(usize, ExtraFile)>,
+    /// Source files whose non-tensor bytes were hashed here, with that
+    /// sha256.
     sources: Vec<(usize, String)>,
     /// Files `--resume` kept.
     reused: usize,
+    /// Files the self-check ran on.
+    checked: usize,
+    /// Files that failed it, with the reason.
+    failed: Vec<(String, String)>,
 }
 
 impl Done {
-    /// `source.files` of the manifest: every source file, with the
-    /// sha256 of those this portion hashed (empty for the others).
+    /// `source.files` of the manifest: every source file, with its digest
+    /// when this portion made it (every tensor of the file and its
+    /// non-tensor bytes hashed here: a whole run), empty otherwise.
     fn source_files(&self, cat: &Catalogue) -> Vec<SourceFile> {
         cat.files
             .iter()
@@ -260,18 +275,41 @@ impl Done {
             .map(|(i, f)| SourceFile {
                 name: source_name(cat, f.path()),
                 bytes: f.len(),
-                sha256: self
-                    .sources
-                    .iter()
-                    .find(|(j, _)| *j == i)
-                    .map(|(_, h)| h.clone())
-                    .unwrap_or_default(),
+                digest: self.digest(cat, i).unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// The digest of source file `file`, if this portion has every part.
+    fn digest(&self, cat: &Catalogue, file: usize) -> Option<String> {
+        let rest = &self.sources.iter().find(|(j, _)| *j == file)?.1;
+        let hashes: Option<Vec<&str>> = digest::file_tensors(cat, file)
+            .into_iter()
+            .map(|i| {
+                let (_, e) = self.entries.iter().find(|(j, _)| *j == i)?;
+                e.source_sha256.as_deref()
+            })
+            .collect();
+        digest::file_digest(rest, hashes?)
+    }
+
+    /// What merge needs of the source files hashed here (partial manifests).
+    fn source_hashes(&self, cat: &Catalogue) -> Vec<shard::SourceHash> {
+        self.sources
+            .iter()
+            .map(|(index, rest)| shard::SourceHash {
+                index: *index,
+                rest_sha256: rest.clone(),
+                tensors: digest::file_tensors(cat, *index),
             })
             .collect()
     }
 }
 
-/// Write a portion of the bundle into the staging folder.
+/// Write a portion of the bundle into the staging folder; with `check`,
+/// run the self-check on each tensor file right after it is written
+/// ([`crate::verify::check_staged_file`]; failures are in [`Done::failed`]).
+#[allow(clippy::too_many_arguments)]
 fn write_portion(
     cat: &Catalogue,
     plan: &Plan,
@@ -280,6 +318,7 @@ fn write_portion(
     resume: Option<&Resume>,
     quiet: bool,
     opts: &Options,
+    check: bool,
 ) -> Result<Done> {
     let total: u64 = portion
         .jobs
@@ -292,23 +331,29 @@ fn write_portion(
         opts,
         out: dir,
     };
-    // Hash the sources while the jobs run (hashing a multi-GB source alone
-    // would otherwise be a serial phase).
+    // Every source byte is hashed once: the jobs hash their tensors' bytes,
+    // this the rest of each source file (headers, metadata, padding).
     let hash_sources = || -> Vec<(usize, String)> {
         portion
             .sources
             .par_iter()
-            .map(|&i| (i, outdir::sha256(cat.files[i].bytes())))
+            .map(|&i| (i, digest::rest_sha256(cat, i)))
             .collect()
     };
-    let run_jobs = || -> Result<Vec<(usize, Entry, bool)>> {
-        portion
-            .jobs
+    type Job = (usize, Entry, bool, Option<(String, String)>);
+    // The jobs by decreasing estimated cost (ties in plan order): the
+    // longest start first and the short ones fill the end, so no thread
+    // finishes a long job alone (results are put back in plan order).
+    let mut order = portion.jobs.clone();
+    order.sort_by_key(|&i| std::cmp::Reverse(shard::job_cost(&plan.jobs[i])));
+    let run_jobs = || -> Result<Vec<Job>> {
+        let mut done: Vec<Job> = order
             .par_iter()
+            .with_max_len(1)
             .map(|&i| {
                 let job = &plan.jobs[i];
                 let t = job.tensor;
-                let src = outdir::sha256(cat.data(t));
+                let src = digest::tensor_sha256(cat, t);
                 let kept = match resume {
                     Some(r) => r.keep(i, job, &src, dir)?,
                     None => None,
@@ -326,24 +371,64 @@ fn write_portion(
                     }
                 };
                 if matches!(job.action, Action::Source(_)) {
-                    // Filled from the source file's hash by `assemble`.
+                    // Filled from the source file's digest by `assemble`.
                     entry.sha256 = String::new();
                 }
+                // The file's self-check while its pages are in the cache; a
+                // sidecar of moved blocks is compared with the source bytes.
+                let failed = match (&entry.file, check) {
+                    (Some(f), true) => {
+                        let copied = matches!(
+                            job.action,
+                            Action::Sidecar {
+                                requantize: false,
+                                ..
+                            }
+                        );
+                        crate::verify::check_staged_file(
+                            dir.staging(),
+                            f,
+                            copied.then(|| cat.data(t)),
+                        )
+                        .err()
+                        .map(|why| (f.clone(), why))
+                    }
+                    _ => None,
+                };
+                // The tensor's mapped pages leave the resident set.
+                cat.release(t, 0, t.n_bytes);
                 pb.inc(t.n_bytes);
-                Ok((i, entry, reused))
+                Ok((i, entry, reused, failed))
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        done.sort_by_key(|j| j.0);
+        Ok(done)
     };
     let (sources, entries) = rayon::join(hash_sources, run_jobs);
     let entries = entries?;
     pb.finish_and_clear();
     let reused = entries.iter().filter(|e| e.2).count();
+    let checked = if check {
+        entries.iter().filter(|e| e.1.file.is_some()).count()
+    } else {
+        0
+    };
     let extras = write_extra_files(cat, plan, dir, &portion.extras)?;
+    let mut failed = Vec::new();
+    let entries = entries
+        .into_iter()
+        .map(|(i, e, _, f)| {
+            failed.extend(f);
+            (i, e)
+        })
+        .collect();
     Ok(Done {
-        entries: entries.into_iter().map(|(i, e, _)| (i, e)).collect(),
+        entries,
         extras,
         sources,
         reused,
+        checked,
+        failed,
     })
 }
 
@@ -469,8 +554,20 @@ fn run_shard(
         .collect();
     let dir = OutputDir::prepare_shard(out, inputs, spec, &mine, &all)?;
     let result = pool.install(|| -> Result<shard::ShardManifest> {
-        let done = write_portion(cat, plan, &dir, &portion, None, args.quiet, opts)?;
-        let header = manifest_of(cat, opts, done.source_files(cat), Vec::new(), Vec::new());
+        let check = !args.no_verify;
+        if check {
+            crate::verify::select_isas(crate::cli::IsaArg::All)?;
+        }
+        let done = write_portion(cat, plan, &dir, &portion, None, args.quiet, opts, check)?;
+        if !done.failed.is_empty() {
+            return Err(crate::verify::written_bundle_failed(&done.failed));
+        }
+        let source_hashes = done.source_hashes(cat);
+        let mut header = manifest_of(cat, opts, done.source_files(cat), Vec::new(), Vec::new());
+        // Digests need every shard's tensors: merge makes them.
+        for f in &mut header.source.files {
+            f.digest.clear();
+        }
         let partial = shard::ShardManifest {
             format: shard::FORMAT.into(),
             format_version: shard::FORMAT_VERSION,
@@ -501,27 +598,8 @@ fn run_shard(
                     file,
                 })
                 .collect(),
-            source_hashes: done
-                .sources
-                .into_iter()
-                .map(|(index, sha256)| shard::SourceHash { index, sha256 })
-                .collect(),
+            source_hashes,
         };
-        if !args.no_verify {
-            let files: Vec<(String, bool)> = partial
-                .tensors
-                .iter()
-                .filter_map(|e| e.entry.file.clone())
-                .map(|f| (f, true))
-                .chain(
-                    partial
-                        .extra_files
-                        .iter()
-                        .map(|x| (x.file.file.clone(), false)),
-                )
-                .collect();
-            crate::verify::check_files(dir.staging(), &files)?;
-        }
         dir.write_small(&spec.manifest_name(), partial.to_json().as_bytes())?;
         Ok(partial)
     });

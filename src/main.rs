@@ -3,6 +3,7 @@
 
 mod cli;
 mod convert;
+mod digest;
 mod engine;
 mod extra;
 mod failure;

@@ -21,8 +21,9 @@ pub struct Written {
 
 /// Value of the `format` field.
 pub const FORMAT: &str = "convert-bundle";
-/// Bumped on incompatible manifest changes.
-pub const FORMAT_VERSION: u32 = 1;
+/// Bumped on incompatible manifest changes (2: source files carry a
+/// `digest` instead of the sha256 of the whole file).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// The whole manifest.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -77,7 +78,7 @@ pub struct Source {
     pub architecture: Option<String>,
     /// Output projection tied to the token embedding.
     pub tied_embeddings: bool,
-    /// Files read (names relative to the input), with size and sha256.
+    /// Files read (names relative to the input), with size and digest.
     pub files: Vec<SourceFile>,
 }
 
@@ -88,8 +89,12 @@ pub struct SourceFile {
     pub name: String,
     /// Size in bytes.
     pub bytes: u64,
-    /// sha256 of the whole file.
-    pub sha256: String,
+    /// The file's digest (`crate::digest`, docs/FORMAT.md §source digest):
+    /// the sha256 of a tag, the sha256 of its non-tensor bytes and each
+    /// tensor's `source_sha256`; not the sha256 of the file. (Read from
+    /// `sha256`, the sha256 of the whole file, in format version 1.)
+    #[serde(alias = "sha256", default)]
+    pub digest: String,
 }
 
 /// One tensor of the bundle.
@@ -112,7 +117,8 @@ pub struct Entry {
     pub layout: String,
     /// Bytes of the output file (or of the tensor in the source).
     pub bytes: u64,
-    /// sha256 of the output file (or of the source file it stays in).
+    /// sha256 of the output file (or the digest of the source file it
+    /// stays in).
     pub sha256: String,
     /// Source file the tensor stays in (layout "source").
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -237,8 +243,9 @@ pub fn source_name(cat: &Catalogue, path: &Path) -> String {
 
 /// Value of a partial manifest's `format` field.
 pub const SHARD_FORMAT: &str = "convert-bundle-shard";
-/// Bumped on incompatible partial-manifest changes.
-pub const SHARD_FORMAT_VERSION: u32 = 1;
+/// Bumped on incompatible partial-manifest changes (2: `source_hashes`
+/// hold a file's non-tensor bytes' sha256 and its tensors).
+pub const SHARD_FORMAT_VERSION: u32 = 2;
 /// Largest N of `--shard I/N`.
 pub const MAX_SHARDS: usize = 100_000;
 /// Prefix of every partial manifest's file name.
@@ -297,13 +304,16 @@ pub struct IndexedExtra {
     pub file: ExtraFile,
 }
 
-/// The sha256 of source file `index`.
+/// What the digest of source file `index` is made of, besides its
+/// tensors' `source_sha256` (which the shards that convert them record).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SourceHash {
     /// Position in the manifest's `source.files`.
     pub index: usize,
-    /// Lower-case hex sha256 of the whole file.
-    pub sha256: String,
+    /// Lower-case hex sha256 of the file's bytes that no tensor covers.
+    pub rest_sha256: String,
+    /// The manifest positions of the file's tensors, in order.
+    pub tensors: Vec<usize>,
 }
 
 /// `manifest.shard-I-of-N.json` (`docs/FORMAT.md` §partial manifests).
@@ -319,7 +329,7 @@ pub struct ShardManifest {
     pub plan_sha256: String,
     /// The tool that wrote it.
     pub tool: Tool,
-    /// The source; `files[i].sha256` is empty unless this shard hashed it.
+    /// The source; every `files[i].digest` is empty (merge makes them).
     pub source: Source,
     /// The options, as in the final manifest.
     pub options: serde_json::Value,
@@ -340,7 +350,7 @@ pub struct ShardManifest {
     pub tensors: Vec<IndexedEntry>,
     /// The extra files this shard wrote.
     pub extra_files: Vec<IndexedExtra>,
-    /// The source files this shard hashed.
+    /// The source files whose non-tensor bytes this shard hashed.
     pub source_hashes: Vec<SourceHash>,
 }
 

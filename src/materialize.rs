@@ -248,6 +248,11 @@ fn stream<W: Fn(usize) -> usize>(
         };
         let s = ggml_quants::materialize_rows(ty, src, (u.decode_width)(n), dtype, out)
             .with_context(|| at(cat, t))?;
+        if source.is_none() {
+            // Decoded: the chunk's mapped pages leave the resident set (the
+            // rows of a permuted tensor go when its job ends).
+            cat.release(t, (i * u.bytes) as u64, ((i + n) * u.bytes) as u64);
+        }
         stats.merge(&s, (i * u.values) as u64);
         if stats.is_clean() {
             if !affine.is_identity() {

@@ -25,7 +25,7 @@ use crate::cli::MergeArgs;
 use crate::failure::bad_input;
 use crate::manifest::{self, Entry, ExtraFile, Manifest};
 use crate::outdir::{self, OutputDir};
-use crate::shard::{self, ShardManifest};
+use crate::shard::{self, ShardManifest, SourceHash};
 
 /// `convert merge OUT`.
 pub fn run(args: &MergeArgs) -> Result<()> {
@@ -89,7 +89,7 @@ fn merge(dir: &OutputDir, args: &MergeArgs) -> Result<(Manifest, Vec<String>, Ve
     // Every item exactly once.
     let mut tensors: Vec<Option<(Entry, usize)>> = vec![None; totals.tensors];
     let mut extras: Vec<Option<(ExtraFile, usize)>> = vec![None; totals.extra_files];
-    let mut hashes: Vec<Option<String>> = vec![None; totals.source_files];
+    let mut hashes: Vec<Option<SourceHash>> = vec![None; totals.source_files];
     for (k, p) in parts.iter().enumerate() {
         let out_of_range = |what: &str, i: usize| {
             bad_input(format!(
@@ -136,7 +136,7 @@ fn merge(dir: &OutputDir, args: &MergeArgs) -> Result<(Manifest, Vec<String>, Ve
                     p.who()
                 )));
             }
-            *slot = Some(h.sha256.clone());
+            *slot = Some(h.clone());
         }
     }
     let missing: Vec<String> = (tensors.iter().enumerate())
@@ -198,10 +198,24 @@ fn merge(dir: &OutputDir, args: &MergeArgs) -> Result<(Manifest, Vec<String>, Ve
         )));
     }
 
-    // The final manifest, as a single run writes it.
+    // The final manifest, as a single run writes it: each source file's
+    // digest from its non-tensor bytes' sha256 and its tensors' hashes.
     let mut source = first.source.clone();
     for (f, h) in source.files.iter_mut().zip(hashes.into_iter().flatten()) {
-        f.sha256 = h;
+        let parts: Option<Vec<&str>> = h
+            .tensors
+            .iter()
+            .map(|&i| tensors.get(i).and_then(|(e, _)| e.source_sha256.as_deref()))
+            .collect();
+        f.digest = parts
+            .and_then(|p| crate::digest::file_digest(&h.rest_sha256, p))
+            .ok_or_else(|| {
+                bad_input(format!(
+                    "{}: the tensors or hashes recorded for source file {} are not those of the partial manifests' entries; the partial manifests are damaged; no manifest written",
+                    out.display(),
+                    f.name
+                ))
+            })?;
     }
     let header = Manifest {
         format: manifest::FORMAT.into(),

@@ -21,9 +21,9 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, Seek, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{mpsc, Mutex};
 
 use anyhow::{anyhow, Context, Result};
 use sha2::{Digest, Sha256};
@@ -185,6 +185,62 @@ pub struct OutputDir {
     _lock: File,
     /// A shard's lock on its own staging folder.
     _staging_lock: Option<File>,
+    /// Syncs the staged files in the background.
+    syncer: Syncer,
+}
+
+/// Syncs (fsync) the files written into the staging folder on a background
+/// thread while the conversion goes on, instead of each writer waiting for
+/// its own file's sync (on the machines measured, 245 such waits were
+/// ~0.8 s of a CQ4 conversion). A file is renamed to its name in the
+/// staging folder before its sync; every commit waits for all syncs first,
+/// so nothing reaches the output folder before its data is on disk.
+#[derive(Debug)]
+struct Syncer {
+    tx: Option<mpsc::Sender<(File, PathBuf)>>,
+    thread: Option<std::thread::JoinHandle<std::result::Result<(), String>>>,
+}
+
+impl Syncer {
+    fn start() -> Syncer {
+        let (tx, rx) = mpsc::channel::<(File, PathBuf)>();
+        let thread = std::thread::Builder::new()
+            .name("convert-sync".into())
+            .spawn(move || {
+                let mut first = Ok(());
+                for (f, shown) in rx {
+                    if let Err(e) = f.sync_all() {
+                        if first.is_ok() {
+                            first = Err(format!("cannot write {}: {e}", shown.display()));
+                        }
+                    }
+                }
+                first
+            })
+            .ok();
+        Syncer {
+            tx: thread.is_some().then_some(tx),
+            thread,
+        }
+    }
+
+    /// A sender for [`HashedFile`]s (none when the thread could not start:
+    /// they then sync on their own).
+    fn sender(&self) -> Option<mpsc::Sender<(File, PathBuf)>> {
+        self.tx.clone()
+    }
+
+    /// Wait until every file handed over is synced; the first failure.
+    fn finish(&mut self) -> Result<()> {
+        self.tx = None;
+        match self.thread.take() {
+            Some(h) => h
+                .join()
+                .map_err(|_| anyhow!("the file sync thread failed"))?
+                .map_err(|e| anyhow!(e)),
+            None => Ok(()),
+        }
+    }
 }
 
 impl OutputDir {
@@ -248,6 +304,7 @@ impl OutputDir {
             old_files,
             _lock: lock,
             _staging_lock: None,
+            syncer: Syncer::start(),
         })
     }
 
@@ -375,6 +432,7 @@ impl OutputDir {
             old_files: BTreeSet::new(),
             _lock: lock,
             _staging_lock: Some(staging_lock),
+            syncer: Syncer::start(),
         })
     }
 
@@ -409,6 +467,7 @@ impl OutputDir {
             old_files: BTreeSet::new(),
             _lock: lock,
             _staging_lock: None,
+            syncer: Syncer::start(),
         })
     }
 
@@ -457,7 +516,8 @@ impl OutputDir {
     /// each file is renamed into the output folder, the new partial
     /// manifest `partial` last (so a partial manifest present always
     /// describes files that are all there).
-    pub fn commit_shard(self, files: &[String], partial: &str) -> Result<()> {
+    pub fn commit_shard(mut self, files: &[String], partial: &str) -> Result<()> {
+        self.syncer.finish()?;
         let mut guard = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(a) = guard.as_mut() {
             a.committed = true;
@@ -482,7 +542,8 @@ impl OutputDir {
     /// Finish a merge: the files merge wrote (`files`, the engine
     /// manifests) are renamed in, then `manifest.json`, and only then are
     /// the partial manifests (`partials`) removed.
-    pub fn commit_merge(self, files: &[String], partials: &[String]) -> Result<()> {
+    pub fn commit_merge(mut self, files: &[String], partials: &[String]) -> Result<()> {
+        self.syncer.finish()?;
         let mut guard = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(a) = guard.as_mut() {
             a.committed = true;
@@ -513,7 +574,11 @@ impl OutputDir {
 
     /// Start writing bundle file `name` (in the staging folder).
     pub fn create(&self, name: &str) -> Result<HashedFile> {
-        HashedFile::create(&self.staging.join(name), self.out.join(name))
+        HashedFile::create(
+            &self.staging.join(name),
+            self.out.join(name),
+            self.syncer.sender(),
+        )
     }
 
     /// Write a whole small bundle file and hash it.
@@ -525,7 +590,8 @@ impl OutputDir {
     }
 
     /// Swap the staged bundle in (see the module docs for the order).
-    pub fn commit(self, manifest: &Manifest) -> Result<()> {
+    pub fn commit(mut self, manifest: &Manifest) -> Result<()> {
+        self.syncer.finish()?;
         let mut guard = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(a) = guard.as_mut() {
             a.committed = true;
@@ -552,7 +618,8 @@ impl OutputDir {
     }
 
     /// Remove everything this run wrote; the output folder is as it was.
-    pub fn abort(self) {
+    pub fn abort(mut self) {
+        let _ = self.syncer.finish();
         let mut guard = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
         remove_staging(&self.staging);
         if self.created {
@@ -703,34 +770,125 @@ const WRITE_CHUNK: usize = 1 << 20;
 
 /// An [`AtomicFile`] in the staging folder that hashes and counts what goes
 /// through it; errors name the file's final path in the output folder.
+/// Committed, it is renamed to its name in the staging folder and synced
+/// by the folder's [`Syncer`].
 pub struct HashedFile {
     inner: AtomicFile,
     shown: PathBuf,
     hasher: Sha256,
     bytes: u64,
+    sync: Option<mpsc::Sender<(File, PathBuf)>>,
+    /// Bytes left at the start by [`HashedFile::reserve_prefix`].
+    reserved: Option<u64>,
 }
 
 impl HashedFile {
-    fn create(path: &Path, shown: PathBuf) -> Result<Self> {
+    fn create(
+        path: &Path,
+        shown: PathBuf,
+        sync: Option<mpsc::Sender<(File, PathBuf)>>,
+    ) -> Result<Self> {
         Ok(HashedFile {
             inner: AtomicFile::create(path)
                 .with_context(|| format!("cannot create {}", shown.display()))?,
             shown,
             hasher: Sha256::new(),
             bytes: 0,
+            sync,
+            reserved: None,
         })
     }
 
-    /// Rename into place; returns size and hash.
+    /// Rename into place (the sync follows in the background); returns
+    /// size and hash.
     pub fn commit(self) -> Result<Written> {
-        let shown = self.shown;
-        self.inner
-            .commit()
-            .with_context(|| format!("cannot write {}", shown.display()))?;
+        if self.reserved.is_some() {
+            return Err(anyhow!(
+                "{}: a reserved prefix was never written (a bug in convert)",
+                self.shown.display()
+            ));
+        }
+        let sha256 = hex(&self.hasher.finalize());
+        Self::finish(self.inner, &self.shown, self.sync.as_ref())?;
         Ok(Written {
             bytes: self.bytes,
-            sha256: hex(&self.hasher.finalize()),
+            sha256,
         })
+    }
+
+    /// Leave the first `len` bytes of the file for
+    /// [`HashedFile::commit_with_prefix`]: what is written next goes after
+    /// them. Only before anything is written. For files whose first bytes
+    /// (a header with the scales of every row) are known only once the rest
+    /// has been written, so that the rest need not be held in memory.
+    pub fn reserve_prefix(&mut self, len: u64) -> Result<()> {
+        if self.bytes != 0 || self.reserved.is_some() {
+            return Err(anyhow!(
+                "{}: prefix reserved after writing (a bug in convert)",
+                self.shown.display()
+            ));
+        }
+        self.inner
+            .seek(io::SeekFrom::Start(len))
+            .with_context(|| format!("cannot write {}", self.shown.display()))?;
+        self.reserved = Some(len);
+        self.bytes = len;
+        Ok(())
+    }
+
+    /// Write the prefix reserved by [`HashedFile::reserve_prefix`] (exactly
+    /// that long), rename into place and hash the file by reading it back
+    /// (the prefix comes first, so the hash cannot run while the rest is
+    /// written; each byte is still hashed once, from the page cache).
+    pub fn commit_with_prefix(mut self, prefix: &[u8]) -> Result<Written> {
+        let shown = self.shown.clone();
+        let ctx = || format!("cannot write {}", shown.display());
+        if self.reserved != Some(prefix.len() as u64) {
+            return Err(anyhow!(
+                "{}: prefix of {} bytes for a reserved {:?} (a bug in convert)",
+                shown.display(),
+                prefix.len(),
+                self.reserved
+            ));
+        }
+        self.inner.seek(io::SeekFrom::Start(0)).with_context(ctx)?;
+        self.inner.write_all(prefix).with_context(ctx)?;
+        let path = self.inner.dest().to_path_buf();
+        Self::finish(self.inner, &shown, self.sync.as_ref())?;
+        let mut f = model_sources::mmap::open_regular(&path).with_context(ctx)?;
+        let mut h = Sha256::new();
+        let n = io::copy(&mut f, &mut h).with_context(ctx)?;
+        if n != self.bytes {
+            return Err(anyhow!(
+                "{}: {n} bytes read back, {} written",
+                shown.display(),
+                self.bytes
+            ));
+        }
+        Ok(Written {
+            bytes: self.bytes,
+            sha256: hex(&h.finalize()),
+        })
+    }
+
+    /// Rename `inner` into place and hand it to the syncer (or sync it here).
+    fn finish(
+        inner: AtomicFile,
+        shown: &Path,
+        sync: Option<&mpsc::Sender<(File, PathBuf)>>,
+    ) -> Result<()> {
+        let file = inner
+            .commit_unsynced()
+            .with_context(|| format!("cannot write {}", shown.display()))?;
+        let unsent = match sync {
+            Some(tx) => tx.send((file, shown.to_path_buf())).err().map(|e| e.0 .0),
+            None => Some(file),
+        };
+        if let Some(f) = unsent {
+            f.sync_all()
+                .with_context(|| format!("cannot write {}", shown.display()))?;
+        }
+        Ok(())
     }
 }
 
@@ -743,7 +901,10 @@ impl Write for HashedFile {
                 format!("cannot write {}: {e}", self.shown.display()),
             )
         })?;
-        self.hasher.update(&buf[..n]);
+        if self.reserved.is_none() {
+            // (With a reserved prefix the hash is made on commit.)
+            self.hasher.update(&buf[..n]);
+        }
         self.bytes += n as u64;
         Ok(n)
     }

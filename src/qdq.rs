@@ -352,10 +352,10 @@ fn expert_values(
 }
 
 /// The source model of `m`, each of its files checked against the
-/// manifest's sha256.
+/// manifest's digest.
 fn open_source(path: &Path, m: &Manifest) -> Result<Catalogue> {
     let cat = Catalogue::open(path)?;
-    for f in &cat.files {
+    for (i, f) in cat.files.iter().enumerate() {
         let name = match cat.kind {
             model_sources::SourceKind::HfFolder => f
                 .path()
@@ -370,10 +370,19 @@ fn open_source(path: &Path, m: &Manifest) -> Result<Catalogue> {
                 .unwrap_or_default(),
         };
         let want = m.source.files.iter().find(|s| s.name == name);
-        let ok = want.is_some_and(|w| w.bytes == f.len() && w.sha256 == outdir::sha256(f.bytes()));
+        let ok = want.is_some_and(|w| {
+            w.bytes == f.len()
+                && w.digest
+                    == if m.format_version < 2 {
+                        // Format 1 recorded the sha256 of the whole file.
+                        outdir::sha256(f.bytes())
+                    } else {
+                        crate::digest::compute_file_digest(&cat, i)
+                    }
+        });
         if !ok {
             return Err(bad_input(format!(
-                "--source {}: {name} is not the file the bundle was made from (its size or sha256 differs from the bundle's manifest)",
+                "--source {}: {name} is not the file the bundle was made from (its size or digest differs from the bundle's manifest)",
                 path.display()
             )));
         }
@@ -414,7 +423,7 @@ pub struct Pairs<'m> {
 
 impl<'m> Pairs<'m> {
     /// Bundle `dir` with manifest `m` and its source model `source` (each
-    /// source file checked against the manifest's sha256).
+    /// source file checked against the manifest's digest).
     pub fn open(dir: &'m Path, m: &'m Manifest, source: &Path) -> Result<Self> {
         let has_meta = m.extra_files.iter().any(|x| x.file == GGUF_METADATA);
         let meta = if has_meta {
@@ -704,7 +713,9 @@ impl ExportJob<'_> {
                 files: vec![SourceFile {
                     name: outdir::MANIFEST.into(),
                     bytes: mbytes.len() as u64,
-                    sha256: outdir::sha256(&mbytes),
+                    // No tensors: the digest of its bytes as a whole.
+                    digest: crate::digest::file_digest(&outdir::sha256(&mbytes), [])
+                        .expect("a sha256 is 64 hex digits"),
                 }],
             },
             options: serde_json::json!({ "command": "qdq", "format": args.format.name() }),

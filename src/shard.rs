@@ -31,7 +31,8 @@ pub enum ItemKind {
     Tensor,
     /// `plan.extra[index]` (engine manifests excluded: merge writes them).
     Extra,
-    /// The sha256 of source file `cat.files[index]`.
+    /// The sha256 of the non-tensor bytes of source file
+    /// `cat.files[index]` (part of its digest).
     SourceHash,
 }
 
@@ -130,11 +131,17 @@ pub fn items(cat: &Catalogue, plan: &Plan) -> Vec<Item> {
         });
     }
     for (i, f) in cat.files.iter().enumerate() {
+        // The file's bytes no tensor covers (the tensors' are hashed by
+        // their jobs).
+        let rest: u64 = crate::digest::rest_ranges(cat, i)
+            .iter()
+            .map(|(s, e)| e - s)
+            .sum();
         v.push(Item {
             kind: ItemKind::SourceHash,
             index: i,
             name: source_name(cat, f.path()),
-            cost: (cost::ITEM + f.len() as f64 * cost::HASH_BYTE) as u64,
+            cost: (cost::ITEM + rest as f64 * cost::HASH_BYTE) as u64,
         });
     }
     v

@@ -204,48 +204,63 @@ fn verify_targets(
         .collect()
 }
 
-/// The check `convert` runs on the bundle it has just written (unless
-/// `--no-verify`): container and panel validation of every file, and the
-/// GEMV of the best ISA this CPU has on every row against the exact
-/// reference (independent decoder, proven bound), the activations and the
-/// embedding rows. It does not recompute the hashes (the manifest's were
-/// computed from the bytes as they were written) and does not run the
-/// other tiers against the scalar one bit for bit: that is a property of
-/// the kernels, not of the file (their tests prove it on every tier), and
-/// `convert verify` (every ISA by default) checks it on any bundle. Returns
-/// (files checked, the ISA run).
-pub fn check_written_bundle(dir: &Path, _quiet: bool) -> Result<(usize, &'static str)> {
-    use rayon::prelude::*;
-    // Validates a CONVERT_FORCE_ISA cap like `convert verify` does.
-    select_isas(IsaArg::All)?;
+/// The self-check of one tensor file `name` of the staging folder `dir`,
+/// right after it was written (what `convert` runs on every file it writes
+/// unless `--no-verify`), on the best ISA this CPU has: `source`, when
+/// given, is the tensor's bytes as stored in the source and the file is a
+/// sidecar made of them ([`kernel_check::check::check_sidecar_copy`]: every
+/// byte compared with the source, the kernels run on a sample of rows);
+/// otherwise the container is validated and the GEMV of every row held to
+/// the exact reference (independent decoder, proven bound), with the
+/// activations and CQ4 embedding rows; no end-to-end sums, and no other
+/// tier against scalar (a property of the kernels their tests prove;
+/// `convert verify` checks it on any bundle). The file is
+/// read through a read-only map (ours, in the locked staging folder), so
+/// the check adds no copy of it to the process's own memory. `Err` is the
+/// failure's reason.
+pub fn check_staged_file(
+    dir: &Path,
+    name: &str,
+    source: Option<&[u8]>,
+) -> std::result::Result<(), String> {
     let isas = [kernels::best()];
-    let targets = bundle_targets(dir)?;
-    let outcomes: Vec<Outcome> = targets
-        .par_iter()
-        // No re-hash: every file's manifest sha256 was computed from the
-        // very bytes written, while they were written (one sha256 pass per
-        // byte); `convert verify` of the finished bundle hashes them again.
-        .map(|t| verify_one(t, &isas, true, false))
-        .collect();
-    let failed: Vec<String> = outcomes
-        .iter()
-        .filter(|o| !o.pass())
-        .map(|o| format!("{} ({})", o.name, o.reason()))
-        .collect();
-    if failed.is_empty() {
-        Ok((outcomes.len(), isas[0].name()))
+    let map = model_sources::mmap::MappedFile::open(&dir.join(name))
+        .map_err(|e| format!("cannot read: {e}"))?;
+    let bytes = map.bytes();
+    let check = match source {
+        Some(src) => kernel_check::check::check_sidecar_copy(bytes, src, &isas),
+        None => kernel_check::check::self_check_container(bytes, &isas),
+    };
+    let o = Outcome {
+        name: name.to_string(),
+        hash: Hash::NotApplicable,
+        io_error: None,
+        check: Some(check),
+    };
+    if o.pass() {
+        Ok(())
     } else {
-        Err(anyhow!(
-            "the written bundle failed verification (a bug in convert; --no-verify keeps the files for a report): {}",
-            failed.join(", ")
-        ))
+        Err(o.reason())
     }
 }
 
-/// The check of [`check_written_bundle`] on the files `files` of `dir`
-/// (name, and whether it is a tensor container), with no manifest: what a
-/// shard runs on its part of a bundle, and `convert merge` on a whole
-/// bundle before its manifest exists. Hashes are not checked here.
+/// The error of a written bundle whose self-check failed (`failed`: file
+/// and reason).
+pub fn written_bundle_failed(failed: &[(String, String)]) -> anyhow::Error {
+    let list: Vec<String> = failed
+        .iter()
+        .map(|(f, why)| format!("{f} ({why})"))
+        .collect();
+    anyhow!(
+        "the written bundle failed verification (a bug in convert; --no-verify keeps the files for a report): {}",
+        list.join(", ")
+    )
+}
+
+/// The check of [`check_staged_file`] without a source on the files
+/// `files` of `dir` (name, and whether it is a tensor container), with no
+/// manifest: what `convert merge` runs on a whole bundle before its
+/// manifest exists. Hashes are not checked here.
 pub fn check_files(dir: &Path, files: &[(String, bool)]) -> Result<(usize, &'static str)> {
     use rayon::prelude::*;
     select_isas(IsaArg::All)?;
@@ -328,7 +343,8 @@ fn bundle_targets(dir: &Path) -> Result<Vec<Target>> {
     Ok(v)
 }
 
-/// `e2e`: compute the end-to-end error too (reported, decides nothing).
+/// `e2e`: `convert verify`'s check, with the end-to-end error (reported,
+/// decides nothing); otherwise the self-check's scope.
 fn verify_one(t: &Target, isas: &[Isa], no_hash: bool, e2e: bool) -> Outcome {
     let mut o = Outcome {
         name: t.name.clone(),
@@ -359,7 +375,12 @@ fn verify_one(t: &Target, isas: &[Isa], no_hash: bool, e2e: bool) -> Outcome {
         };
     }
     if t.container {
-        o.check = Some(check_container_with(bytes.as_slice(), isas, e2e));
+        o.check = Some(if e2e {
+            check_container_with(bytes.as_slice(), isas, true)
+        } else {
+            // The self-check's scope (merge): no end-to-end sums, no M = 2 GEMM.
+            kernel_check::check::self_check_container(bytes.as_slice(), isas)
+        });
     }
     o
 }

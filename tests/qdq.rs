@@ -335,7 +335,7 @@ fn bad_requests_exit_2_and_leave_nothing() {
 #[test]
 fn keep_bundles_export_with_their_source() {
     // Keep mode leaves norms (and types without sidecars) in the source:
-    // --source supplies them, checked against the manifest's sha256.
+    // --source supplies them, checked against the manifest's digest.
     let tmp = tempfile::tempdir().unwrap();
     let src_path = fixture("models/tiny-llama-Q4_K_M.gguf");
     let b = bundle(tmp.path(), "models/tiny-llama-Q4_K_M.gguf", "b", &[]);
@@ -350,7 +350,7 @@ fn keep_bundles_export_with_their_source() {
         &["--format", "gguf", "--source", wrong.to_str().unwrap()],
     );
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("sha256"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("digest"), "{}", stderr(&o));
     let o = qdq(
         &b,
         &out,

@@ -50,7 +50,9 @@ fn merge(out: &Path) -> std::process::Output {
 fn merged_shards_equal_a_single_run_byte_for_byte() {
     let tmp = tempfile::tempdir().unwrap();
     for (c, (model, opts)) in CASES.iter().enumerate() {
-        let want = folder_contents(&single(tmp.path(), model, opts, &format!("single-{c}")));
+        let one = single(tmp.path(), model, opts, &format!("single-{c}"));
+        assert_source_identity(&fixture(model), &one);
+        let want = folder_contents(&one);
         assert!(want.iter().any(|(n, _)| n == "manifest.json"));
         for n in [1, 2, 3, 7] {
             let out = tmp.path().join(format!("sharded-{c}-{n}"));

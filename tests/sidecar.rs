@@ -6,7 +6,8 @@ mod common;
 use std::path::Path;
 
 use common::{
-    assert_deterministic, convert, convert_into, fixture, gguf_bytes, manifest, stderr, TInfo,
+    assert_deterministic, assert_source_identity, convert, convert_into, fixture, gguf_bytes,
+    manifest, stderr, TInfo,
 };
 use model_sources::Catalogue;
 use weights_file::{interleave, WeightsFile};
@@ -57,9 +58,11 @@ fn sidecar_folders_unpack_to_the_source_tensors() {
             assert!(o.status.success(), "{model}: {}", stderr(&o));
             let n = unpack_and_compare(&out, &src, str::to_string);
             assert_eq!(n, 16, "{model} R{factor}: every 2-D tensor has a sidecar");
-            // Every tensor that stays in the source is listed with the source's hash.
+            // The source's digest and every tensor's hash are recorded, and
+            // every tensor that stays in the source is listed with the digest.
+            assert_source_identity(&path, &out);
             let m = manifest(&out);
-            let src_sha = m["source"]["files"][0]["sha256"].clone();
+            let src_sha = m["source"]["files"][0]["digest"].clone();
             for e in m["tensors"]
                 .as_array()
                 .unwrap()

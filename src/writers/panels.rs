@@ -42,9 +42,16 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
     let g = enc.geometry();
     let ng = g.num_groups();
     let sbb = g.superblock_bytes();
-    // Panels are 1/8 of the f32 tensor; they are kept until the scales blob
-    // (which needs every norm) has been written before them.
-    let mut panels = vec![0u8; g.data_bytes()];
+    // The panels go to the file as each chunk is encoded, after a space
+    // left for the header and scales blob, which need every row's norm and
+    // are written last: memory holds one chunk's panels and the norms
+    // (1/256 of the f32 tensor), never the whole tensor's panels.
+    let header = enc.header();
+    let layout = weights_file::Layout::of(&header)
+        .with_context(|| format!("{}: header regions overflow", ctx.at(job)))?;
+    let mut w = ctx.out.create(&job.file)?;
+    w.reserve_prefix(layout.data_offset)?;
+    let mut panels = Vec::new();
     let mut norms = vec![0u16; n * ng];
     materialize::rows(
         ctx.cat,
@@ -54,23 +61,20 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
         job.transform,
         |first_row, values| {
             let rows = values.len() / k;
-            let sb0 = first_row / SB;
-            let nsb = rows.div_ceil(SB);
+            panels.clear();
+            panels.resize(rows.div_ceil(SB) * sbb, 0);
             enc.encode_superblocks(
                 first_row,
                 values,
-                &mut panels[sb0 * sbb..(sb0 + nsb) * sbb],
+                &mut panels,
                 &mut norms[first_row * ng..(first_row + rows) * ng],
             )
-            .with_context(|| ctx.at(job))
+            .with_context(|| ctx.at(job))?;
+            Ok(w.write_all(&panels)?)
         },
     )?;
-    let header = enc.header();
     let scales = enc.scales_blob(&norms).with_context(|| ctx.at(job))?;
-    let mut w = ctx.out.create(&job.file)?;
-    w.write_all(&weights_file::write::prefix(&header, &scales)?)?;
-    w.write_all(&panels)?;
-    let done = w.commit()?;
+    let done = w.commit_with_prefix(&weights_file::write::prefix(&header, &scales)?)?;
     let mut details = serde_json::json!({
         "family": family_name(family),
         "group_size": cq4::GROUP_SIZE,

@@ -141,10 +141,14 @@ pub fn write(
         // Experts one after the other, each interleaved as a 2-D matrix of
         // `n` rows (its own tail rows plain).
         let step = ((8 << 20) / (factor * row_bytes)).max(1) * factor;
+        let mut at = 0u64;
         for expert in data.chunks(n as usize * row_bytes) {
             for chunk in expert.chunks(step * row_bytes) {
                 write_rows(&mut w, chunk, row_bytes, ty.type_size(), factor, &mut buf)
                     .with_context(|| ctx.at(job))?;
+                // Copied: its mapped pages leave the resident set.
+                ctx.cat.release(t, at, at + chunk.len() as u64);
+                at += chunk.len() as u64;
             }
         }
     }

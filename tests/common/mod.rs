@@ -186,3 +186,56 @@ pub fn assert_deterministic(tmp: &Path, model: &str, opts: &[&str]) {
     assert_eq!(folders[0], folders[1], "{model} {opts:?}: --threads 1 vs 2");
     assert_eq!(folders[1], folders[2], "{model} {opts:?}: two runs");
 }
+
+/// Each source file's digest (docs/FORMAT.md §source digest), computed here
+/// from the catalogue's tensor ranges: sha256 of the tag, of the bytes no
+/// tensor covers (in file order) and of each tensor's bytes (catalogue
+/// order). Keyed by the file's name as the manifest spells it (`names`).
+pub fn source_digests(model: &Path) -> Vec<String> {
+    use sha2::{Digest, Sha256};
+    let cat = model_sources::Catalogue::open(model).unwrap();
+    (0..cat.files.len())
+        .map(|f| {
+            let bytes = cat.files[f].bytes();
+            let mut covered = vec![false; bytes.len()];
+            let mut tensor_hashes = Vec::new();
+            for t in cat.tensors.iter().filter(|t| t.file == f) {
+                let (s, e) = (t.offset as usize, (t.offset + t.n_bytes) as usize);
+                covered[s..e].iter_mut().for_each(|c| *c = true);
+                tensor_hashes.extend(Sha256::digest(&bytes[s..e]));
+            }
+            let rest: Vec<u8> = bytes
+                .iter()
+                .zip(&covered)
+                .filter(|(_, c)| !**c)
+                .map(|(b, _)| *b)
+                .collect();
+            let mut h = Sha256::new();
+            h.update(b"convert source digest v1\n");
+            h.update(Sha256::digest(&rest));
+            h.update(&tensor_hashes);
+            h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+        })
+        .collect()
+}
+
+/// The manifest of `out` records `model`'s digests (computed here) and each
+/// tensor's `source_sha256` (the sha256 of its bytes in the source).
+pub fn assert_source_identity(model: &Path, out: &Path) {
+    use sha2::{Digest, Sha256};
+    let m = manifest(out);
+    let want = source_digests(model);
+    let files = m["source"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), want.len());
+    for (f, w) in files.iter().zip(&want) {
+        assert_eq!(f["digest"].as_str().unwrap(), w, "digest of {}", f["name"]);
+    }
+    let cat = model_sources::Catalogue::open(model).unwrap();
+    for (e, t) in m["tensors"].as_array().unwrap().iter().zip(&cat.tensors) {
+        let sha: String = Sha256::digest(cat.data(t))
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(e["source_sha256"].as_str().unwrap(), sha, "{}", t.name);
+    }
+}
