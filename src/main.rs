@@ -7,6 +7,7 @@ mod digest;
 mod engine;
 mod extra;
 mod failure;
+mod importance;
 mod inspect;
 mod manifest;
 mod materialize;
