@@ -44,6 +44,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <random>
@@ -82,6 +83,13 @@ void cpu_s(double *user, double *sys) {
     getrusage(RUSAGE_SELF, &ru);
     *user = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6;
     *sys = ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+}
+
+// CPU seconds of the calling thread.
+double thread_cpu_s() {
+    timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 struct FreeDeleter {
@@ -240,15 +248,17 @@ struct Syrk {
 
     // The product of the packed rows into c, on `threads` threads; each
     // column panel is one thread's, so the sums do not depend on the count.
-    void run(int threads) {
+    // Returns the CPU seconds of the helper threads (the caller's own are
+    // on its thread clock).
+    double run(int threads) {
         if (n == 0) {
             memset(c.data(), 0, static_cast<size_t>(ni) * MR * ldc * sizeof(float));
-            return;
+            return 0.0;
         }
         threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, nj)));
         if (threads == 1) {
             panels(0, nj);
-            return;
+            return 0.0;
         }
         // Contiguous panel ranges of about equal tile counts.
         int64_t total = 0;
@@ -262,9 +272,18 @@ struct Syrk {
             if (acc * threads >= total * t) cut[t++] = jp + 1;
         }
         std::vector<std::thread> pool;
-        for (int i = 1; i < threads; i++) pool.emplace_back([this, &cut, i] { panels(cut[i], cut[i + 1]); });
+        std::vector<double> cpu(threads, 0.0);
+        for (int i = 1; i < threads; i++)
+            pool.emplace_back([this, &cut, &cpu, i] {
+                const double c0 = thread_cpu_s();
+                panels(cut[i], cut[i + 1]);
+                cpu[i] = thread_cpu_s() - c0;
+            });
         panels(cut[0], cut[1]);
         for (auto &th : pool) th.join();
+        double sum = 0.0;
+        for (double v : cpu) sum += v;
+        return sum;
     }
 
     float at(int64_t i, int64_t j) const { return c.p.get()[i * ldc + j]; }
@@ -310,6 +329,36 @@ int self_test_kernel() {
         fails += !ok;
     }
     return fails;
+}
+
+// Time the product alone: n = 512 rows of the widths of the measured models,
+// best of 5, CPU seconds of this process (other load on the machine does
+// not count); multiply-adds per second over the entries computed.
+int bench_kernel(int threads) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (int64_t K : {576, 640, 1024, 1536, 2048}) {
+        const int64_t n = 512;
+        std::vector<float> x(static_cast<size_t>(K * n));
+        for (auto &v : x) v = g(rng);
+        std::vector<const float *> rows(n);
+        for (int64_t r = 0; r < n; r++) rows[r] = x.data() + r * K;
+        Syrk s;
+        double best = 1e30;
+        for (int rep = 0; rep < 5; rep++) {
+            timespec a, b;
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+            s.pack(rows, K);
+            s.run(threads);
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+            best = std::min(best, (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9);
+        }
+        int64_t entries = 0;
+        for (int64_t jp = 0; jp < s.nj; jp++) entries += s.tiles_of(jp) * MR * NR;
+        printf("kernel K=%" PRId64 " n=%" PRId64 ": %.2f ms CPU, %.1f G multiply-adds per CPU second\n", K, n,
+               best * 1e3, entries * static_cast<double>(n) / best * 1e-9);
+    }
+    return 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -376,6 +425,7 @@ struct Collector {
     std::map<std::string, std::string> unresolved;   // GGUF name -> reason
     int64_t skipped_small_rows = 0;
     double acc_seconds = 0.0;
+    double acc_cpu_seconds = 0.0;  // this thread's and the product threads
     int64_t products = 0, reused = 0;
     std::string dump_dir;  // --dump-activations
 
@@ -437,6 +487,7 @@ struct Collector {
 
     bool observe(const ggml_tensor *t) {
         const double t0 = now_s();
+        const double c0 = thread_cpu_s();
         const ggml_tensor *src0 = t->src[0];
         const ggml_tensor *src1 = t->src[1];
         const std::string w = weight_name(src0->name);
@@ -468,7 +519,7 @@ struct Collector {
             for (size_t r = 0; r < rows.size(); r++) memcpy(prev.data() + r * K, rows[r], K * sizeof(float));
             have_prev = true;
             syrk.pack(rows, K);
-            syrk.run(threads);
+            acc_cpu_seconds += syrk.run(threads);
             products++;
             for (int64_t i = 0; i < K; i++) {
                 if (!std::isfinite(syrk.at(i, i))) {
@@ -498,6 +549,7 @@ struct Collector {
             e.chunks++;
         }
         acc_seconds += now_s() - t0;
+        acc_cpu_seconds += thread_cpu_s() - c0;
         return true;
     }
 };
@@ -606,6 +658,7 @@ void usage() {
           "                       [--prefix model.layers] [--no-timings] [--model-sha256 HEX]\n"
           "                       [--text-sha256 HEX] [--dump-activations DIR] [--verbose]\n"
           "       hessian-collect --self-test-kernel\n"
+          "       hessian-collect --bench-kernel [THREADS]\n"
           "(scripts/hessians builds and drives this program; see its --help)\n",
           stderr);
 }
@@ -622,6 +675,7 @@ int main(int argc, char **argv) {
             return argv[++i];
         };
         if (a == "--self-test-kernel") return self_test_kernel() ? 1 : 0;
+        if (a == "--bench-kernel") return bench_kernel(i + 1 < argc ? parse_int("--bench-kernel", argv[i + 1]) : 1);
         if (a == "--ctx") o.ctx = parse_int("--ctx", val());
         else if (a == "--chunks") o.chunks = parse_int("--chunks", val());
         else if (a == "--threads") o.threads = parse_int("--threads", val());
@@ -746,7 +800,10 @@ int main(int argc, char **argv) {
         const int rc = llama_decode(lctx, batch);
         if (col.failed) die("stopped in chunk %d (see above)", c);
         if (rc != 0) die("llama_decode failed on chunk %d (code %d)", c, rc);
-        if (tty) fprintf(stderr, "\rhessian-collect: chunk %d/%d", c + 1, n_chunk);
+        if (tty)
+            fprintf(stderr, "\rhessian-collect: chunk %d/%d", c + 1, n_chunk);
+        else if ((c + 1) % std::max(1, n_chunk / 8) == 0 && c + 1 < n_chunk)
+            fprintf(stderr, "hessian-collect: chunk %d/%d, %.0f s\n", c + 1, n_chunk, now_s() - t0);
     }
     if (tty) fputc('\n', stderr);
     const double decode_s = now_s() - t0;
@@ -790,6 +847,7 @@ int main(int argc, char **argv) {
     if (o.timings) {
         j += "\n    \"load_s\": " + fmt_double(load_s) + ",\n    \"tokenize_s\": " + fmt_double(tokenize_s) +
              ",\n    \"decode_s\": " + fmt_double(decode_s) + ",\n    \"accumulate_s\": " + fmt_double(col.acc_seconds) +
+             ",\n    \"accumulate_cpu_s\": " + fmt_double(col.acc_cpu_seconds) +
              ",\n    \"write_s\": " + fmt_double(write_s) + ",\n    \"total_s\": " + fmt_double(now_s() - t_start) +
              ",\n    \"cpu_user_s\": " + fmt_double(cu) + ",\n    \"cpu_sys_s\": " + fmt_double(cs) + "\n  ";
     }
@@ -820,8 +878,9 @@ int main(int argc, char **argv) {
         die("cannot move the outputs into %s", o.out.c_str());
     fprintf(stderr,
             "hessian-collect: %zu modules, %d chunks of %d tokens, %" PRId64 " products (%" PRId64
-            " reused); decode %.1f s (of which accumulation %.1f s), write %.1f s; cpu user %.1f s sys %.1f s\n",
-            list.size(), n_chunk, o.ctx, col.products, col.reused, decode_s, col.acc_seconds, write_s, cu, cs);
+            " reused); decode %.1f s (of which accumulation %.1f s, %.1f CPU s), write %.1f s; cpu user %.1f s sys %.1f s\n",
+            list.size(), n_chunk, o.ctx, col.products, col.reused, decode_s, col.acc_seconds, col.acc_cpu_seconds,
+            write_s, cu, cs);
     if (!col.unresolved.empty())
         fprintf(stderr, "hessian-collect: %zu unresolved targets (hessian_metadata.json lists them)\n",
                 col.unresolved.size());
