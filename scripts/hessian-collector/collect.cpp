@@ -38,6 +38,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <climits>
+#include <cerrno>
 #include <cmath>
 #include <cstdarg>
 #include <cstdint>
@@ -53,6 +54,7 @@
 #include <vector>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace {
@@ -702,6 +704,16 @@ int main(int argc, char **argv) {
     o.out = pos[2];
     if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const double t_start = now_s();
+
+    // Fail now, not after the forward passes, when OUT_DIR cannot take the files.
+    if (mkdir(o.out.c_str(), 0755) != 0 && errno != EEXIST) die("cannot create %s", o.out.c_str());
+    {
+        const std::string probe = o.out + "/hessians.safetensors.tmp";
+        FILE *f = fopen(probe.c_str(), "wb");
+        if (!f) die("cannot write into %s", o.out.c_str());
+        fclose(f);
+        remove(probe.c_str());
+    }
 
     // The targets the file has: blk.N.<kind>.weight, 2-D, with an HF name.
     std::map<std::string, std::string> expected;  // GGUF name -> key
