@@ -282,7 +282,7 @@ impl<'a> GgmlMatrix<'a> {
         acts.resize(m * nb, F::Act::default());
         if nb > 0 {
             for (xr, ar) in x.chunks_exact(self.k).zip(acts.chunks_exact_mut(nb)) {
-                F::Act::quantize(xr, ar)?;
+                F::Act::quantize_isa(exec.isa, xr, ar)?;
             }
         }
         let act: &[F::Act] = acts;
