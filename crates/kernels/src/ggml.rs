@@ -114,6 +114,15 @@ impl QuantFormat {
     }
 }
 
+// `GgmlMatrix::group_at` masks with `f - 1`: every factor is a power of two.
+const _: () = {
+    let mut i = 0;
+    while i < interleave::FACTORS.len() {
+        assert!(interleave::FACTORS[i].is_power_of_two());
+        i += 1;
+    }
+};
+
 /// How the rows of a ggml matrix are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RowLayout {
@@ -234,11 +243,24 @@ impl<'a> GgmlMatrix<'a> {
     pub fn group_at(&self, first: usize) -> RowGroup<'a> {
         let mut offsets = [0usize; GROUP_ROWS];
         let mut strides = [0usize; GROUP_ROWS];
+        let (bb, rb) = (self.format.block_bytes(), self.row_bytes());
+        // Once per group, without divisions (interleave factors are 4 and
+        // 8): this runs for every 8 rows of every call.
+        let (f, full) = match self.layout {
+            RowLayout::Interleaved(f) => (f, self.n & !(f - 1)),
+            RowLayout::RowMajor => (1, 0),
+        };
         for r in 0..GROUP_ROWS {
-            let (o, s) = self.row_location((first + r).min(self.n - 1));
-            offsets[r] = o;
-            strides[r] = s;
+            let row = (first + r).min(self.n - 1);
+            (offsets[r], strides[r]) = if row < full {
+                ((row & !(f - 1)) * rb + (row & (f - 1)) * bb, f * bb)
+            } else {
+                (row * rb, bb)
+            };
         }
+        debug_assert!((0..GROUP_ROWS).all(|r| {
+            (offsets[r], strides[r]) == self.row_location((first + r).min(self.n - 1))
+        }));
         // In bounds by construction (the data length was checked in `new`).
         RowGroup::new(
             self.data,
