@@ -49,6 +49,45 @@ fn ggml_every_tier_and_layout_equals_scalar_plain() {
     }
 }
 
+/// The largest integer sums a kernel must hold: every quant byte at an
+/// extreme (0xFF, 0x80, 0x00, 0x77, 0x88: nibbles of 15 and 0, 6-bit
+/// scales of 63, Q8_0 quants of -128 and 127) against activations that are
+/// all +127 or all -127 (or alternate per block), on every tier and
+/// layout: a kernel that lets an i16 partial sum overflow or saturate
+/// differs from the scalar reference here.
+#[test]
+fn extreme_sums_every_tier_and_layout() {
+    let (n, nb) = (19, 3);
+    for format in ALL_FORMATS {
+        let k = nb * format.block_weights();
+        let xs = [
+            vec![1.0f32; k],
+            vec![-1.0f32; k],
+            (0..k)
+                .map(|i| if (i / 32) % 2 == 0 { 3.0 } else { -3.0 })
+                .collect::<Vec<f32>>(),
+        ];
+        for (fi, fill) in [0xFFu8, 0x80, 0x00, 0x77, 0x88].into_iter().enumerate() {
+            let plain = ggml_filled_bytes(format, n, k, fill, 40 + fi as u64);
+            for (xi, x) in xs.iter().enumerate() {
+                let base = GgmlMatrix::new(format, RowLayout::RowMajor, n, k, &plain).unwrap();
+                let want = bits(&run(&base, x, Isa::Scalar, false));
+                for layout in LAYOUTS {
+                    let data = in_layout(format, n, k, &plain, layout);
+                    let m = GgmlMatrix::new(format, layout, n, k, data.as_slice()).unwrap();
+                    for isa in available() {
+                        assert_eq!(
+                            bits(&run(&m, x, isa, true)),
+                            want,
+                            "{format:?} fill {fill:#x} x#{xi} {layout:?} {isa}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn unaligned_buffers_give_the_same_bits() {
     for format in ALL_FORMATS {
