@@ -242,11 +242,15 @@ pub(crate) unsafe fn fp16x8_rows<R: Rows>(s: &R, off: usize) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn hsum8x4(x: &[__m128i; 8]) -> __m256i {
-    let h01 = _mm_hadd_epi32(x[0], x[1]);
-    let h23 = _mm_hadd_epi32(x[2], x[3]);
-    let h45 = _mm_hadd_epi32(x[4], x[5]);
-    let h67 = _mm_hadd_epi32(x[6], x[7]);
-    _mm256_set_m128i(_mm_hadd_epi32(h45, h67), _mm_hadd_epi32(h01, h23))
+    let four = |a: __m128i, b: __m128i, c: __m128i, d: __m128i| {
+        let ab = _mm_add_epi32(_mm_unpacklo_epi32(a, b), _mm_unpackhi_epi32(a, b));
+        let cd = _mm_add_epi32(_mm_unpacklo_epi32(c, d), _mm_unpackhi_epi32(c, d));
+        opaque128(_mm_add_epi32(
+            _mm_unpacklo_epi64(ab, cd),
+            _mm_unpackhi_epi64(ab, cd),
+        ))
+    };
+    _mm256_set_m128i(four(x[4], x[5], x[6], x[7]), four(x[0], x[1], x[2], x[3]))
 }
 
 /// The 4 i32 lanes of `v` summed pairwise with its upper half: `lo + hi`.
