@@ -15,10 +15,10 @@
 use core::arch::x86_64::*;
 
 use super::{
-    add_scaled, bcast16_mask, d_dmin8, fold256, fp16_at8, fp16x8_rows, hsum8x4, i8x8, iq4_levels,
-    iq4_table, iq4_xs_scales_at, k4_scale_bytes, k4_scales, load128, load256, opaque128,
-    pair16_mask, q3_k_values, q4_1_contrib, q4_k_values, q5_0_values, q5_1_values, q5_k_values,
-    q6_k_values, reduce8, two_bit_values, with_rows, Rows, Slots,
+    add_scaled, bcast16_mask, d_dmin8, fold256, fp16_at8, fp16x8_rows, fp16x8x2_rows, hsum8x4,
+    i8x8, iq4_levels, iq4_table, iq4_xs_scales_at, k4_scale_bytes, k4_scales, load128, load256,
+    opaque128, pair16_mask, q3_k_values, q4_1_contrib, q4_k_values, q5_0_values, q5_1_values,
+    q5_k_values, q6_k_values, reduce8, two_bit_values, with_rows, Rows, Slots,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
 use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q6_k, q8_0};
@@ -239,15 +239,10 @@ pub unsafe fn q4_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
 unsafe fn q4_1_rows<R: Rows>(mut s: R, act: &[ActQ8_0], out: &mut [f32; 8]) {
     let mut acc = _mm256_setzero_ps();
     for a in act {
+        const _: () = assert!(q4_1::M == q4_1::D + 2);
         // SAFETY: by the RowGroup invariant the current 20-byte block of
         // every slot is in bounds (d, m at 0 and 2, qs: 16 bytes at 4).
-        let (raw, d, m) = unsafe {
-            (
-                q4_raw8(&s, q4_1::QS, a),
-                fp16x8_rows(&s, q4_1::D),
-                fp16x8_rows(&s, q4_1::M),
-            )
-        };
+        let (raw, (d, m)) = unsafe { (q4_raw8(&s, q4_1::QS, a), fp16x8x2_rows(&s, q4_1::D)) };
         acc = _mm256_add_ps(acc, q4_1_contrib(raw, d, m, a));
         s.prefetch();
         s.advance();
@@ -440,7 +435,8 @@ unsafe fn q4_k_rows<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
                 );
                 sx[r] = opaque128(t);
             }
-            let (d, dmin) = (fp16x8_rows(&s, q4_k::D), fp16x8_rows(&s, q4_k::DMIN));
+            const _: () = assert!(q4_k::DMIN == q4_k::D + 2);
+            let (d, dmin) = fp16x8x2_rows(&s, q4_k::D);
             (hsum8x4(&sx), hsum8x4(&mx), d, dmin)
         };
         let da = _mm256_set1_ps(a.d);

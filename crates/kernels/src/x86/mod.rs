@@ -238,6 +238,28 @@ pub(crate) unsafe fn fp16x8_rows<R: Rows>(s: &R, off: usize) -> __m256 {
     ))
 }
 
+/// The two adjacent fp16 values at offsets `off` and `off + 2` of the 8
+/// slots' current blocks (Q4_1's `d, m`, the k-quants' `d, dmin`), widened:
+/// one u32 load per slot instead of two u16 loads and inserts.
+///
+/// # Safety
+/// Each `s.at(r) + off..+4` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) unsafe fn fp16x8x2_rows<R: Rows>(s: &R, off: usize) -> (__m256, __m256) {
+    // SAFETY: guaranteed by the caller.
+    let w = |r: usize| unsafe { read_u32(s.at(r).add(off)) } as i32;
+    let v = _mm256_setr_epi32(w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7));
+    let lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+    let hi = _mm256_srli_epi32::<16>(v);
+    // [lo0-3 hi0-3 | lo4-7 hi4-7] -> [lo0-7 | hi0-7].
+    let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(lo, hi));
+    (
+        _mm256_cvtph_ps(_mm256_castsi256_si128(p)),
+        _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(p)),
+    )
+}
+
 /// Lane `r` = the sum of the 4 i32 lanes of `x[r]` (exact).
 #[inline]
 #[target_feature(enable = "avx2")]
