@@ -25,6 +25,8 @@
 //! main thread (default: the timing loop runs on a pool thread, which
 //! makes the calls, as ggml's bench thread is its pool's worker 0);
 //! `GEMV_BENCH_HOT_ONLY=1` only the hot GEMV cells, no GEMM table;
+//! `GEMV_BENCH_KERNEL=1` only the group kernels on L1-resident data
+//! (records `kernel LAYOUT K GBs`);
 //! `GEMV_BENCH_NO_GEMM=1` no GEMM table).
 
 use std::hint::black_box;
@@ -713,6 +715,7 @@ fn kernel_table(isa: Isa) {
             let steps = m.blocks_per_row() as f64;
             let ns = data.as_slice().len() as f64 / rate / steps;
             println!("| {name} | {rate:.1} ({ns:.1} ns) |");
+            tsv(&["kernel".into(), name, k.to_string(), format!("{rate:.2}")]);
         }
     }
 }
