@@ -668,6 +668,15 @@ fn kernel_table(isa: Isa) {
     quantize_q8_0(&x, &mut a0).unwrap();
     quantize_q8_k(&x, &mut ak).unwrap();
     let kern = kernels::dispatch::kernels(isa).unwrap();
+    // The avx2 tier's other table too (256-bit vs 128-bit halves), printed
+    // only: the records are of the table this CPU runs.
+    let other: Option<&kernels::dispatch::Kernels> = if isa == Isa::Avx2 {
+        kernels::dispatch::avx2_variants()
+            .into_iter()
+            .find(|t| !std::ptr::eq(*t, kern))
+    } else {
+        None
+    };
     let filter = std::env::var("GEMV_BENCH_LAYOUT").ok();
     println!("kernel only, {isa}, 8 rows x K = {k}, GB/s (ns per 8-row block step)");
     for f in [
@@ -700,21 +709,30 @@ fn kernel_table(isa: Isa) {
             let g = m.group_at(0);
             let mut out = [0f32; 8];
             let reps = 64;
-            let rate = measure(data.as_slice().len() * reps, || {
-                for _ in 0..reps {
-                    match f {
-                        QuantFormat::Q8_0 => kern.q8_0_group(&g, &a0, &mut out),
-                        QuantFormat::Q4_0 => kern.q4_0_group(&g, &a0, &mut out),
-                        QuantFormat::Q4_1 => kern.q4_1_group(&g, &a0, &mut out),
-                        QuantFormat::Q4K => kern.q4_k_group(&g, &ak, &mut out),
-                        _ => kern.q6_k_group(&g, &ak, &mut out),
+            let time = |k: &kernels::dispatch::Kernels, out: &mut [f32; 8]| {
+                measure(data.as_slice().len() * reps, || {
+                    for _ in 0..reps {
+                        match f {
+                            QuantFormat::Q8_0 => k.q8_0_group(&g, &a0, out),
+                            QuantFormat::Q4_0 => k.q4_0_group(&g, &a0, out),
+                            QuantFormat::Q4_1 => k.q4_1_group(&g, &a0, out),
+                            QuantFormat::Q4K => k.q4_k_group(&g, &ak, out),
+                            _ => k.q6_k_group(&g, &ak, out),
+                        }
+                        black_box(&out);
                     }
-                    black_box(&out);
-                }
-            });
+                })
+            };
+            let rate = time(kern, &mut out);
+            let alt = other.map(|o| time(o, &mut out));
             let steps = m.blocks_per_row() as f64;
             let ns = data.as_slice().len() as f64 / rate / steps;
-            println!("| {name} | {rate:.1} ({ns:.1} ns) |");
+            match alt {
+                Some(a) => {
+                    println!("| {name} | {rate:.1} ({ns:.1} ns) | the other avx2 table: {a:.1} |")
+                }
+                None => println!("| {name} | {rate:.1} ({ns:.1} ns) |"),
+            }
             tsv(&["kernel".into(), name, k.to_string(), format!("{rate:.2}")]);
         }
     }

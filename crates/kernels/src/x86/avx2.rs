@@ -36,20 +36,32 @@ fn dot_i8(w: __m256i, a: __m256i) -> __m256i {
 /// Shared Q8_0 / IQ4_NL body (`NL`: the blocks are IQ4_NL): 32 signed
 /// weights per block (Q8_0's quants, or IQ4_NL's levels looked up with
 /// `pshufb`), `S = sum w a` with [`dot_i8`] (|w| <= 128), folded to 4
-/// lanes per row and summed across the 8 rows with one `hadd` tree.
+/// lanes per row and summed across the 8 rows with one `hadd` tree. `H`:
+/// Q8_0 in 128-bit halves ([`super::halves`]).
 ///
 /// # Safety
 /// AVX2 + F16C; the current and later blocks of every slot as [`Rows`]
 /// promises for `act.len()` blocks.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn signed32_rows<const NL: bool, R: Rows>(mut s: R, act: &[ActQ8_0], out: &mut [f32; 8]) {
+unsafe fn signed32_rows<const NL: bool, const H: bool, R: Rows>(
+    mut s: R,
+    act: &[ActQ8_0],
+    out: &mut [f32; 8],
+) {
     let (qs, d_off) = if NL {
         (iq4_nl::QS, iq4_nl::D)
     } else {
         (q8_0::QS, q8_0::D)
     };
     let table = iq4_table();
+    let ones = _mm_set1_epi16(1);
+    let dot128 = |w: __m128i, a: __m128i| {
+        _mm_madd_epi16(
+            _mm_maddubs_epi16(_mm_abs_epi8(w), _mm_sign_epi8(a, w)),
+            ones,
+        )
+    };
     let mut acc = _mm256_setzero_ps();
     for a in act {
         // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
@@ -60,8 +72,16 @@ unsafe fn signed32_rows<const NL: bool, R: Rows>(mut s: R, act: &[ActQ8_0], out:
             let mut x = [_mm_setzero_si128(); 8];
             for (r, xr) in x.iter_mut().enumerate() {
                 let p = s.at(r).add(qs);
-                let w = if NL { iq4_levels(p, table) } else { load256(p) };
-                *xr = fold256(dot_i8(w, av));
+                *xr = if NL {
+                    fold256(dot_i8(iq4_levels(p, table), av))
+                } else if H {
+                    opaque128(_mm_add_epi32(
+                        dot128(load128(p), _mm256_castsi256_si128(av)),
+                        dot128(load128(p.add(16)), load128(a.qs.as_ptr().add(16).cast())),
+                    ))
+                } else {
+                    fold256(dot_i8(load256(p), av))
+                };
             }
             (hsum8x4(&x), fp16x8_rows(&s, d_off))
         };
@@ -80,31 +100,55 @@ unsafe fn signed32_rows<const NL: bool, R: Rows>(mut s: R, act: &[ActQ8_0], out:
 /// AVX2 + F16C.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+unsafe fn signed32_group<const NL: bool, const H: bool>(
+    g: &RowGroup<'_>,
+    act: &[ActQ8_0],
+    out: &mut [f32; 8],
+) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let act = &act[..g.nblocks()];
     if NL {
         // SAFETY: the RowGroup invariant covers every block of every slot.
         with_rows!(g, iq4_nl::BYTES, |s| unsafe {
-            signed32_rows::<NL, _>(s, act, out)
+            signed32_rows::<NL, H, _>(s, act, out)
         })
     } else {
         // SAFETY: as above.
         with_rows!(g, q8_0::BYTES, |s| unsafe {
-            signed32_rows::<NL, _>(s, act, out)
+            signed32_rows::<NL, H, _>(s, act, out)
         })
     }
 }
 
-forward_pair!(
-    "avx2,f16c",
-    ActQ8_0,
-    signed32_group,
-    /// Q8_0 x Q8_0 group kernel.
-    q8_0_group,
-    /// IQ4_NL x Q8_0 group kernel.
-    iq4_nl_group
-);
+/// Q8_0 x Q8_0 group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    // SAFETY: same features.
+    unsafe { signed32_group::<false, false>(g, act, out) }
+}
+
+/// [`q8_0_group`] in 128-bit halves ([`super::halves`]).
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q8_0_group_h(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    // SAFETY: same features.
+    unsafe { signed32_group::<false, true>(g, act, out) }
+}
+
+/// IQ4_NL x Q8_0 group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn iq4_nl_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    // SAFETY: same features.
+    unsafe { signed32_group::<true, false>(g, act, out) }
+}
 
 /// IQ4_XS x Q8_K group kernel: per sub-block `j` of 32, the levels
 /// (`pshufb`) times the activations as signed x signed `maddubs` pairs,
@@ -393,8 +437,9 @@ pub unsafe fn q5_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
 /// AVX2 + F16C; every slot's blocks for `act.len()` steps in bounds.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn q4_k_rows<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
+unsafe fn q4_k_rows<const H: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
     let m4 = _mm256_set1_epi8(0x0F);
+    let m4x = _mm_set1_epi8(0x0F);
     let mut acc = _mm256_setzero_ps();
     for a in act {
         // SAFETY: `a.qs` is 256 bytes and `a.bsums` 32 bytes; by the RowGroup
@@ -415,15 +460,24 @@ unsafe fn q4_k_rows<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
                 // f[j]: sub-block j's 16 maddubs pair sums folded to 8 i16.
                 let mut f = [_mm_setzero_si128(); 8];
                 for c in 0..4 {
-                    let q = load256(p.add(q4_k::QS + 32 * c));
-                    let lo = _mm256_and_si256(q, m4);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                    f[2 * c] =
-                        fold256_i16(_mm256_maddubs_epi16(lo, load256(aq.add(64 * c).cast())));
-                    f[2 * c + 1] = fold256_i16(_mm256_maddubs_epi16(
-                        hi,
-                        load256(aq.add(64 * c + 32).cast()),
-                    ));
+                    let (qs, a0) = (p.add(q4_k::QS + 32 * c), aq.add(64 * c));
+                    if H {
+                        // The two 16-byte halves of the 32 bytes separately.
+                        let (q0, q1) = (load128(qs), load128(qs.add(16)));
+                        let lo = |q: __m128i| _mm_and_si128(q, m4x);
+                        let hi = |q: __m128i| _mm_and_si128(_mm_srli_epi16::<4>(q), m4x);
+                        let dot =
+                            |v: __m128i, o: usize| _mm_maddubs_epi16(v, load128(a0.add(o).cast()));
+                        f[2 * c] = _mm_add_epi16(dot(lo(q0), 0), dot(lo(q1), 16));
+                        f[2 * c + 1] = _mm_add_epi16(dot(hi(q0), 32), dot(hi(q1), 48));
+                    } else {
+                        let q = load256(qs);
+                        let lo = _mm256_and_si256(q, m4);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                        f[2 * c] = fold256_i16(_mm256_maddubs_epi16(lo, load256(a0.cast())));
+                        f[2 * c + 1] =
+                            fold256_i16(_mm256_maddubs_epi16(hi, load256(a0.add(32).cast())));
+                    }
                 }
                 // Two hadd levels: [f0 f0 f1 f1 f2 f2 f3 f3] (|.| <= 4 * 7620),
                 // then each pair times its scale: sc_j * dot_j summed.
@@ -461,7 +515,23 @@ pub unsafe fn q4_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let act = &act[..g.nblocks()];
     // SAFETY: the RowGroup invariant covers every block of every slot.
-    with_rows!(g, q4_k::BYTES, |s| unsafe { q4_k_rows(s, act, out) })
+    with_rows!(g, q4_k::BYTES, |s| unsafe {
+        q4_k_rows::<false, _>(s, act, out)
+    })
+}
+
+/// [`q4_k_group`] in 128-bit halves ([`super::halves`]).
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q4_k_group_h(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let act = &act[..g.nblocks()];
+    // SAFETY: the RowGroup invariant covers every block of every slot.
+    with_rows!(g, q4_k::BYTES, |s| unsafe {
+        q4_k_rows::<true, _>(s, act, out)
+    })
 }
 
 /// The 16 i16 lanes of `v` summed pairwise with its upper half (the

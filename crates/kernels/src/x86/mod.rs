@@ -81,6 +81,35 @@ impl Slots {
     }
 }
 
+/// Whether this CPU runs 256-bit vector operations as two 128-bit halves
+/// (AMD Zen 1 / Zen+ and the Hygon parts built on them: family 0x17 below
+/// model 0x30, family 0x18), probed once with `cpuid`. There the `avx2`
+/// tier uses kernels written in 128-bit halves where that measured faster
+/// (`*_group_h`: no lane extractions, and better scheduling around the one
+/// 128-bit multiplier pipe; kernel-only Q8_0 and Q4_K 6-7% faster on an
+/// EPYC of that family); every other AVX2 CPU keeps the 256-bit ones. Both
+/// give the same bits (tests/kernels.rs `avx2_both_widths_equal_scalar`).
+pub fn halves() -> bool {
+    static HALVES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HALVES.get_or_init(|| {
+        // Leaves 0 and 1 exist on every x86-64 CPU.
+        let (v, l1) = (__cpuid(0), __cpuid(1));
+        let vendor = [v.ebx, v.edx, v.ecx].map(u32::to_le_bytes).concat();
+        let base = (l1.eax >> 8) & 0xF;
+        let family = if base == 0xF {
+            base + ((l1.eax >> 20) & 0xFF)
+        } else {
+            base
+        };
+        let model = ((l1.eax >> 4) & 0xF) | (((l1.eax >> 16) & 0xF) << 4);
+        match &vendor[..] {
+            b"AuthenticAMD" => family == 0x17 && model < 0x30,
+            b"HygonGenuine" => family == 0x18,
+            _ => false,
+        }
+    })
+}
+
 /// How a group kernel finds the current block of each of its 8 row slots
 /// (one implementation per addressing pattern, so the common patterns get
 /// code without per-slot pointer arrays).
