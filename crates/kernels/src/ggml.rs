@@ -151,6 +151,12 @@ pub struct GgmlMatrix<'a> {
     n: usize,
     k: usize,
     data: &'a [u8],
+    /// Blocks per row, bytes per block and per row, computed once:
+    /// [`GgmlMatrix::group_at`] runs for every 8 rows of every call, and
+    /// `K / block_weights` is an integer division.
+    nb: usize,
+    bb: usize,
+    rb: usize,
 }
 
 impl<'a> GgmlMatrix<'a> {
@@ -179,12 +185,16 @@ impl<'a> GgmlMatrix<'a> {
             .and_then(|rb| rb.checked_mul(n))
             .ok_or_else(|| KernelError::Shape(format!("{n} x {k} overflows")))?;
         check_len("ggml data", bytes, data.len())?;
+        let (nb, bb) = (k / qk, format.block_bytes());
         Ok(GgmlMatrix {
             format,
             layout,
             n,
             k,
             data,
+            nb,
+            bb,
+            rb: nb * bb,
         })
     }
 
@@ -219,11 +229,11 @@ impl<'a> GgmlMatrix<'a> {
     }
     /// Blocks per row.
     pub fn blocks_per_row(&self) -> usize {
-        self.k / self.format.block_weights()
+        self.nb
     }
     /// Bytes per row.
     pub fn row_bytes(&self) -> usize {
-        self.blocks_per_row() * self.format.block_bytes()
+        self.rb
     }
 
     /// (offset of block 0, bytes between consecutive blocks) of row `row`.
@@ -243,7 +253,7 @@ impl<'a> GgmlMatrix<'a> {
     pub fn group_at(&self, first: usize) -> RowGroup<'a> {
         let mut offsets = [0usize; GROUP_ROWS];
         let mut strides = [0usize; GROUP_ROWS];
-        let (bb, rb) = (self.format.block_bytes(), self.row_bytes());
+        let (bb, rb) = (self.bb, self.rb);
         // Once per group, without divisions (interleave factors are 4 and
         // 8): this runs for every 8 rows of every call.
         let (f, full) = match self.layout {
@@ -262,14 +272,8 @@ impl<'a> GgmlMatrix<'a> {
             (offsets[r], strides[r]) == self.row_location((first + r).min(self.n - 1))
         }));
         // In bounds by construction (the data length was checked in `new`).
-        RowGroup::new(
-            self.data,
-            offsets,
-            strides,
-            self.blocks_per_row(),
-            self.format.block_bytes(),
-        )
-        .expect("row locations are inside the checked data")
+        RowGroup::new(self.data, offsets, strides, self.nb, self.bb)
+            .expect("row locations are inside the checked data")
     }
 
     /// Copy row `row`'s blocks, in column order, into `out` (`row_bytes()`).
