@@ -20,11 +20,18 @@
 // budget) is measured right before and after each cold run; the best of
 // the two is printed. GEMM (--gemm): GF/s (2 M N K per call), hot.
 //
+// Kernel only (--kernel): the type's vec_dot (ggml_get_type_traits_cpu,
+// the function mul_mat calls per row) over 8 rows of K = 2048, called over
+// and over on one thread with the activation row quantized once: the
+// compute ceiling without threads, graph or memory (9 - 17 KiB, L1/L2),
+// beside crates/kernels/benches/gemv.rs GEMV_BENCH_KERNEL=1.
+//
 // Output: '#' comment lines, then tab-separated records
 //   gemv TYPE N K THREADS HOT_GBs COLD_GBs BW_GBs
 //   gemm TYPE N K M THREADS GFs
+//   kernel TYPE K GBs
 //
-// Usage: ggml_mulmat [--quick] [--gemm] [--types Q8_0,Q4_0,...]
+// Usage: ggml_mulmat [--quick] [--gemm | --kernel] [--types Q8_0,Q4_0,...]
 //                    [--shapes 2048x2048,...] [--threads 1,2]
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -232,6 +239,41 @@ static void bench_free(struct bench *b) {
     ggml_free(b->ctx);
 }
 
+// --- kernel only -------------------------------------------------------------
+struct kernel_ctx {
+    ggml_vec_dot_t dot;
+    const uint8_t *w, *act;
+    size_t row_bytes;
+    int k, rows, reps;
+    float out[8];
+};
+
+static void kernel_pass(void *arg) {
+    struct kernel_ctx *c = arg;
+    for (int it = 0; it < c->reps; it++)
+        for (int r = 0; r < c->rows; r++) c->dot(c->k, &c->out[r], 0, c->w + (size_t)r * c->row_bytes, 0, c->act, 0, 1);
+}
+
+static void kernel_bench(enum ggml_type ty, double budget) {
+    const struct ggml_type_traits_cpu *tr = ggml_get_type_traits_cpu(ty);
+    if (!tr->vec_dot || !tr->from_float) die("type has no vec_dot");
+    struct kernel_ctx c = {.dot = tr->vec_dot, .k = 2048, .rows = 8, .reps = 64};
+    size_t len;
+    c.w = weight_bytes(ty, c.rows, c.k, &len);
+    c.row_bytes = len / (size_t)c.rows;
+    float *x = xalloc(sizeof(float) * (size_t)c.k);
+    for (int i = 0; i < c.k; i++) x[i] = gaussian();
+    uint8_t *act = xalloc(ggml_row_size(tr->vec_dot_type, c.k));
+    tr->from_float(x, act, c.k);
+    c.act = act;
+    double gbs = best_rate((double)len * c.reps, budget, kernel_pass, &c);
+    printf("kernel\t%s\t%d\t%.2f\n", ggml_type_name(ty), c.k, gbs);
+    fflush(stdout);
+    free((void *)c.w);
+    free(x);
+    free(act);
+}
+
 static enum ggml_type type_of(const char *name) {
     for (int t = 0; t < GGML_TYPE_COUNT; t++) {
         const char *tn = ggml_type_name((enum ggml_type)t);
@@ -251,14 +293,15 @@ int main(int argc, char **argv) {
     char types_s[256] = "q8_0,q4_0,q4_1,q4_K,q6_K";
     char shapes_s[256] = "2048x2048,8192x2048,2048x8192";
     char threads_s[64] = "1,2";
-    int gemm = 0;
+    int gemm = 0, kernel = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--gemm")) gemm = 1;
+        else if (!strcmp(argv[i], "--kernel")) kernel = 1;
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) snprintf(types_s, sizeof types_s, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) snprintf(shapes_s, sizeof shapes_s, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) snprintf(threads_s, sizeof threads_s, "%s", argv[++i]);
-        else die("usage: ggml_mulmat [--quick] [--gemm] [--types T,..] [--shapes NxK,..] [--threads 1,2]");
+        else die("usage: ggml_mulmat [--quick] [--gemm | --kernel] [--types T,..] [--shapes NxK,..] [--threads 1,2]");
     }
     char *types[32], *shapes[16], *ths[8];
     int nty = split(types_s, types, 32), nsh = split(shapes_s, shapes, 16), nth = split(threads_s, ths, 8);
@@ -268,6 +311,10 @@ int main(int argc, char **argv) {
     printf("# ggml_mulmat: ggml CPU features avx2=%d avx512=%d avx512_vnni=%d; cold working set %zu MiB\n",
            ggml_cpu_has_avx2(), ggml_cpu_has_avx512(), ggml_cpu_has_avx512_vnni(), COLD_BYTES >> 20);
     fflush(stdout);
+    if (kernel) {
+        for (int ti = 0; ti < nty; ti++) kernel_bench(type_of(types[ti]), budget);
+        return 0;
+    }
 
     struct ggml_threadpool *pools[8];
     int nthreads[8];

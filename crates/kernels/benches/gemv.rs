@@ -19,7 +19,15 @@
 //! one of the comma-separated strings; `GEMV_BENCH_TSV=FILE` also appends
 //! every cell to FILE as tab-separated records, read by
 //! `scripts/bench-gemv-vs-ggml`:
-//! `gemv LAYOUT N K THREADS HOT COLD BW` and `gemm LAYOUT N K M THREADS GEMM_GFs GEMVS_GFs`).
+//! `gemv LAYOUT N K THREADS HOT COLD BW` and `gemm LAYOUT N K M THREADS GEMM_GFs GEMVS_GFs`;
+//! `GEMV_BENCH_THREADS=1,2` the thread counts (default 1 and 2);
+//! `GEMV_BENCH_OUTSIDE=1` each GEMV call enters the rayon pool from the
+//! main thread (default: the timing loop runs on a pool thread, which
+//! makes the calls, as ggml's bench thread is its pool's worker 0);
+//! `GEMV_BENCH_HOT_ONLY=1` only the hot GEMV cells, no GEMM table;
+//! `GEMV_BENCH_KERNEL=1` only the group kernels on L1-resident data
+//! (records `kernel LAYOUT K GBs`);
+//! `GEMV_BENCH_NO_GEMM=1` no GEMM table).
 
 use std::hint::black_box;
 use std::io::Write;
@@ -41,6 +49,18 @@ const COLD_BYTES: usize = 1536 << 20;
 
 fn quick() -> bool {
     std::env::var_os("GEMV_BENCH_QUICK").is_some()
+}
+
+/// `GEMV_BENCH_OUTSIDE=1`: GEMV calls from outside the thread pool
+/// ([`Runner::timed`]).
+fn outside() -> bool {
+    std::env::var_os("GEMV_BENCH_OUTSIDE").is_some()
+}
+
+/// `GEMV_BENCH_HOT_ONLY=1`: hot cells only (no cold copies, no bandwidth
+/// probe; the cold and bandwidth columns read 0).
+fn hot_only() -> bool {
+    std::env::var_os("GEMV_BENCH_HOT_ONLY").is_some()
 }
 
 fn gaussian(seed: u64, n: usize) -> Vec<f32> {
@@ -81,6 +101,27 @@ impl Runner {
     fn run<R: Send>(&self, f: impl FnOnce(bool) -> R + Send) -> R {
         match &self.pool {
             Some(p) => p.install(|| f(true)),
+            None => f(false),
+        }
+    }
+
+    /// A timing loop `f` whose GEMV calls ([`Runner::call`]) are made from
+    /// a thread of the pool, as in an engine that runs its decode loop on
+    /// its pool (and as ggml's own threadpool runs its graphs with the
+    /// calling thread as worker 0); with `GEMV_BENCH_OUTSIDE=1` from the
+    /// main thread instead, each call entering the pool anew.
+    fn timed<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(p) if !outside() => p.install(f),
+            _ => f(),
+        }
+    }
+
+    /// One GEMV call inside [`Runner::timed`].
+    fn call<R: Send>(&self, f: impl FnOnce(bool) -> R + Send) -> R {
+        match &self.pool {
+            Some(p) if outside() => p.install(|| f(true)),
+            Some(_) => f(true),
             None => f(false),
         }
     }
@@ -267,7 +308,11 @@ fn bench_case(
                     out
                 }
             };
-            let copies = COLD_BYTES.div_ceil(data.len()).max(2);
+            let copies = if hot_only() {
+                1
+            } else {
+                COLD_BYTES.div_ceil(data.len()).max(2)
+            };
             for _ in 0..copies {
                 storage.push((Vec::new(), AlignedBytes::copy_of(&data)));
             }
@@ -280,7 +325,11 @@ fn bench_case(
                 return None;
             }
             let (b, panels) = panel_bytes(fam, n, k);
-            let copies = COLD_BYTES.div_ceil(panels.len() + b.len()).max(2);
+            let copies = if hot_only() {
+                1
+            } else {
+                COLD_BYTES.div_ceil(panels.len() + b.len()).max(2)
+            };
             for _ in 0..copies {
                 storage.push((b.clone(), AlignedBytes::copy_of(&panels)));
             }
@@ -305,16 +354,26 @@ fn bench_case(
     for &t in threads {
         let runner = Runner::new(t);
         let one = |m: &dyn Gemv, y: &mut Vec<f32>, ws: &mut Workspace| {
-            runner.run(|par| m.gemv(&x, y, ws, Exec::new(isa, par)).unwrap());
+            runner.call(|par| m.gemv(&x, y, ws, Exec::new(isa, par)).unwrap());
             black_box(&y);
         };
-        let hot = measure(bytes, || one(mats[0].as_ref(), &mut y, &mut ws));
+        let hot = runner.timed(|| measure(bytes, || one(mats[0].as_ref(), &mut y, &mut ws)));
+        if hot_only() {
+            out.push(Cell {
+                hot,
+                cold: 0.0,
+                bw: 0.0,
+            });
+            continue;
+        }
         let short = Duration::from_millis(if quick() { 200 } else { 600 });
         let before = bwp.measure(&runner, t, short);
-        let cold = measure(bytes * mats.len(), || {
-            for m in &mats {
-                one(m.as_ref(), &mut y, &mut ws);
-            }
+        let cold = runner.timed(|| {
+            measure(bytes * mats.len(), || {
+                for m in &mats {
+                    one(m.as_ref(), &mut y, &mut ws);
+                }
+            })
         });
         let after = bwp.measure(&runner, t, short);
         out.push(Cell {
@@ -337,18 +396,45 @@ fn main() {
         gemm_table(isa);
         return;
     }
-    let threads = [1usize, 2];
-    let bwp = Bandwidth::new();
+    if std::env::var_os("GEMV_BENCH_KERNEL").is_some() {
+        kernel_table(isa);
+        return;
+    }
+    let threads: Vec<usize> = match std::env::var("GEMV_BENCH_THREADS") {
+        Ok(s) => s
+            .split(',')
+            .map(|t| t.parse().expect("GEMV_BENCH_THREADS"))
+            .collect(),
+        Err(_) => vec![1, 2],
+    };
+    let bwp = if hot_only() {
+        Bandwidth { buf: Vec::new() }
+    } else {
+        Bandwidth::new()
+    };
     let bw: Vec<f64> = threads
         .iter()
-        .map(|&t| bwp.measure(&Runner::new(t), t, Duration::from_millis(1500)))
+        .map(|&t| {
+            if hot_only() {
+                0.0
+            } else {
+                bwp.measure(&Runner::new(t), t, Duration::from_millis(1500))
+            }
+        })
         .collect();
     println!("ISA: {isa}; available: {:?}", kernels::available());
+    let per_thread = |v: &mut dyn Iterator<Item = f64>| -> String {
+        v.map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(" / ")
+    };
+    let thread_names = threads
+        .iter()
+        .map(|t| format!("{t} thr"))
+        .collect::<Vec<_>>()
+        .join(" / ");
     println!(
-        "read bandwidth (f32 sum over {} MiB) at start: 1 thread {:.1} GB/s, 2 threads {:.1} GB/s",
+        "read bandwidth (f32 sum over {} MiB) at start, {thread_names}: {} GB/s",
         COLD_BYTES >> 20,
-        bw[0],
-        bw[1]
+        per_thread(&mut bw.iter().copied())
     );
     let all_shapes = [(2048, 2048), (8192, 2048), (2048, 8192), (262144, 640)];
     let shape_filter = std::env::var("GEMV_BENCH_SHAPE").ok();
@@ -428,36 +514,45 @@ fn main() {
         }
         println!();
     };
-    header(
-        "cold GB/s of weight bytes: 1 thread / 2 threads, the 2-thread read bandwidth measured \
-         right before/after that run, and the 2-thread GEMV as % of it",
-    );
+    if !hot_only() {
+        header(&format!(
+            "cold GB/s of weight bytes: {thread_names}, the read bandwidth with the most \
+             threads measured right before/after that run, and that GEMV as % of it"
+        ));
+        for (name, cells) in &rows {
+            print!("| {name} |");
+            for c in cells {
+                match c {
+                    None => print!(" - |"),
+                    Some(r) => {
+                        let last = r[r.len() - 1];
+                        print!(
+                            " {} of {:.1} ({:.0}%) |",
+                            per_thread(&mut r.iter().map(|c| c.cold)),
+                            last.bw,
+                            100.0 * last.cold / last.bw
+                        );
+                    }
+                }
+            }
+            println!();
+        }
+    }
+    header(&format!(
+        "hot GB/s (the same matrix over and over): {thread_names}"
+    ));
     for (name, cells) in &rows {
         print!("| {name} |");
         for c in cells {
             match c {
                 None => print!(" - |"),
-                Some(r) => print!(
-                    " {:.1} / {:.1} of {:.1} ({:.0}%) |",
-                    r[0].cold,
-                    r[1].cold,
-                    r[1].bw,
-                    100.0 * r[1].cold / r[1].bw
-                ),
+                Some(r) => print!(" {} |", per_thread(&mut r.iter().map(|c| c.hot))),
             }
         }
         println!();
     }
-    header("hot GB/s (the same matrix over and over): 1 thread / 2 threads");
-    for (name, cells) in &rows {
-        print!("| {name} |");
-        for c in cells {
-            match c {
-                None => print!(" - |"),
-                Some(r) => print!(" {:.1} / {:.1} |", r[0].hot, r[1].hot),
-            }
-        }
-        println!();
+    if hot_only() || std::env::var_os("GEMV_BENCH_NO_GEMM").is_some() {
+        return;
     }
     gemm_table(isa);
 }
@@ -555,6 +650,90 @@ fn gemm_table(isa: Isa) {
                 ]);
             }
             println!();
+        }
+    }
+}
+
+/// `GEMV_BENCH_KERNEL=1`: the group kernels alone, on one 8-row group of
+/// K = 2048 (plain and R8; 9 - 17 KiB, L1/L2-resident), called over and
+/// over on one thread: GB/s of weight bytes and core-clock-free ns per
+/// 8-row block step, the compute ceiling without the driver, the
+/// activation quantization or memory.
+fn kernel_table(isa: Isa) {
+    use kernels::act::{quantize_q8_0, quantize_q8_k, ActQ8_0, BlockQ8K};
+    let k = 2048;
+    let x = gaussian(5, k);
+    let mut a0 = vec![ActQ8_0::default(); k / 32];
+    let mut ak = vec![BlockQ8K::default(); k / 256];
+    quantize_q8_0(&x, &mut a0).unwrap();
+    quantize_q8_k(&x, &mut ak).unwrap();
+    let kern = kernels::dispatch::kernels(isa).unwrap();
+    // The avx2 tier's other table too (256-bit vs 128-bit halves), printed
+    // only: the records are of the table this CPU runs.
+    let other: Option<&kernels::dispatch::Kernels> = if isa == Isa::Avx2 {
+        kernels::dispatch::avx2_variants()
+            .into_iter()
+            .find(|t| !std::ptr::eq(*t, kern))
+    } else {
+        None
+    };
+    let filter = std::env::var("GEMV_BENCH_LAYOUT").ok();
+    println!("kernel only, {isa}, 8 rows x K = {k}, GB/s (ns per 8-row block step)");
+    for f in [
+        QuantFormat::Q8_0,
+        QuantFormat::Q4_0,
+        QuantFormat::Q4_1,
+        QuantFormat::Q4K,
+        QuantFormat::Q6K,
+    ] {
+        for l in [RowLayout::RowMajor, RowLayout::Interleaved(8)] {
+            let name = Layout::Ggml(f, l).name();
+            if filter
+                .as_ref()
+                .is_some_and(|fl| !fl.split(',').any(|p| name.contains(p)))
+            {
+                continue;
+            }
+            let plain = ggml_bytes(f, 8, k);
+            let data = match l {
+                RowLayout::RowMajor => plain.clone(),
+                RowLayout::Interleaved(fac) => {
+                    let mut out = vec![0u8; plain.len()];
+                    interleave::repack(&plain, 8, plain.len() / 8, f.block_bytes(), fac, &mut out)
+                        .unwrap();
+                    out
+                }
+            };
+            let data = AlignedBytes::copy_of(&data);
+            let m = GgmlMatrix::new(f, l, 8, k, data.as_slice()).unwrap();
+            let g = m.group_at(0);
+            let mut out = [0f32; 8];
+            let reps = 64;
+            let time = |k: &kernels::dispatch::Kernels, out: &mut [f32; 8]| {
+                measure(data.as_slice().len() * reps, || {
+                    for _ in 0..reps {
+                        match f {
+                            QuantFormat::Q8_0 => k.q8_0_group(&g, &a0, out),
+                            QuantFormat::Q4_0 => k.q4_0_group(&g, &a0, out),
+                            QuantFormat::Q4_1 => k.q4_1_group(&g, &a0, out),
+                            QuantFormat::Q4K => k.q4_k_group(&g, &ak, out),
+                            _ => k.q6_k_group(&g, &ak, out),
+                        }
+                        black_box(&out);
+                    }
+                })
+            };
+            let rate = time(kern, &mut out);
+            let alt = other.map(|o| time(o, &mut out));
+            let steps = m.blocks_per_row() as f64;
+            let ns = data.as_slice().len() as f64 / rate / steps;
+            match alt {
+                Some(a) => {
+                    println!("| {name} | {rate:.1} ({ns:.1} ns) | the other avx2 table: {a:.1} |")
+                }
+                None => println!("| {name} | {rate:.1} ({ns:.1} ns) |"),
+            }
+            tsv(&["kernel".into(), name, k.to_string(), format!("{rate:.2}")]);
         }
     }
 }

@@ -77,7 +77,7 @@ static SCALAR: Kernels = Kernels {
 };
 
 #[cfg(target_arch = "x86_64")]
-static AVX2: Kernels = Kernels {
+const AVX2_TABLE: Kernels = Kernels {
     isa: Isa::Avx2,
     q8_0: crate::x86::avx2::q8_0_group,
     q4_0: crate::x86::avx2::q4_0_group,
@@ -93,6 +93,18 @@ static AVX2: Kernels = Kernels {
     iq4_xs: crate::x86::avx2::iq4_xs_group,
     cq4: crate::x86::avx2::cq4_superblock,
     rotate: crate::x86::avx2::orthogonal_rotate,
+};
+
+#[cfg(target_arch = "x86_64")]
+static AVX2: Kernels = AVX2_TABLE;
+
+/// The `avx2` tier on CPUs that split 256-bit operations
+/// ([`crate::x86::halves`]): the same table with the 128-bit variants.
+#[cfg(target_arch = "x86_64")]
+static AVX2_HALVES: Kernels = Kernels {
+    q8_0: crate::x86::avx2::q8_0_group_h,
+    q4_k: crate::x86::avx2::q4_k_group_h,
+    ..AVX2_TABLE
 };
 
 #[cfg(all(target_arch = "x86_64", kernels_avx512))]
@@ -144,6 +156,19 @@ static SME2: Kernels = Kernels {
     ..NEON_TABLE
 };
 
+/// Both tables of the `avx2` tier, the 256-bit one first, when the CPU has
+/// it (for tests and benchmarks that compare them; [`kernels`] picks one
+/// with [`crate::x86::halves`]).
+#[cfg(target_arch = "x86_64")]
+#[doc(hidden)]
+pub fn avx2_variants() -> Vec<&'static Kernels> {
+    if Isa::Avx2.is_available() {
+        vec![&AVX2, &AVX2_HALVES]
+    } else {
+        Vec::new()
+    }
+}
+
 /// The kernel table of `isa`, or [`KernelError::IsaUnavailable`] when the
 /// CPU lacks it or [`FORCE_ENV`] caps it away.
 pub fn kernels(isa: Isa) -> Result<&'static Kernels, KernelError> {
@@ -152,6 +177,8 @@ pub fn kernels(isa: Isa) -> Result<&'static Kernels, KernelError> {
     }
     match isa {
         Isa::Scalar => Ok(&SCALAR),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 if crate::x86::halves() => Ok(&AVX2_HALVES),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => Ok(&AVX2),
         #[cfg(all(target_arch = "x86_64", kernels_avx512))]

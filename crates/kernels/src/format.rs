@@ -39,13 +39,16 @@
 
 use ggml_quants::GgmlType;
 
-use crate::act::{quantize_q8_0, quantize_q8_k, ActQ8_0, BlockQ8K};
+use crate::act::{
+    quantize_q8_0, quantize_q8_0_isa, quantize_q8_k, quantize_q8_k_isa, ActQ8_0, BlockQ8K,
+};
 use crate::blocks::{
     iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, Iq4NlView,
     Iq4XsView, Q2KView, Q3KView, Q4KView, Q4_0View, Q4_1View, Q5KView, Q5_0View, Q5_1View, Q6KView,
     Q8_0View,
 };
 use crate::error::KernelError;
+use crate::isa::Isa;
 use crate::table::{GroupFn, Kernels};
 
 /// An activation block type (Q8_0 for the legacy formats, Q8_K for the
@@ -55,6 +58,12 @@ pub trait ActBlock: Copy + Default + Send + Sync + 'static {
     const QK: usize;
     /// Quantize `x` (`QK * out.len()` values) into blocks.
     fn quantize(x: &[f32], out: &mut [Self]) -> Result<(), KernelError>;
+    /// [`ActBlock::quantize`] with the quantizer of tier `isa` (the same
+    /// bytes; `isa` must be available).
+    fn quantize_isa(isa: Isa, x: &[f32], out: &mut [Self]) -> Result<(), KernelError> {
+        let _ = isa;
+        Self::quantize(x, out)
+    }
     /// The block scale `d_a` (as the kernels multiply with it).
     fn d(&self) -> f32;
     /// Quant `i`.
@@ -75,6 +84,9 @@ impl ActBlock for ActQ8_0 {
     const QK: usize = 32;
     fn quantize(x: &[f32], out: &mut [Self]) -> Result<(), KernelError> {
         quantize_q8_0(x, out)
+    }
+    fn quantize_isa(isa: Isa, x: &[f32], out: &mut [Self]) -> Result<(), KernelError> {
+        quantize_q8_0_isa(isa, x, out)
     }
     fn d(&self) -> f32 {
         self.d
@@ -97,6 +109,9 @@ impl ActBlock for BlockQ8K {
     const QK: usize = 256;
     fn quantize(x: &[f32], out: &mut [Self]) -> Result<(), KernelError> {
         quantize_q8_k(x, out)
+    }
+    fn quantize_isa(isa: Isa, x: &[f32], out: &mut [Self]) -> Result<(), KernelError> {
+        quantize_q8_k_isa(isa, x, out)
     }
     fn d(&self) -> f32 {
         self.d

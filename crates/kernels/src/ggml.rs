@@ -114,6 +114,15 @@ impl QuantFormat {
     }
 }
 
+// `GgmlMatrix::group_at` masks with `f - 1`: every factor is a power of two.
+const _: () = {
+    let mut i = 0;
+    while i < interleave::FACTORS.len() {
+        assert!(interleave::FACTORS[i].is_power_of_two());
+        i += 1;
+    }
+};
+
 /// How the rows of a ggml matrix are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RowLayout {
@@ -142,6 +151,12 @@ pub struct GgmlMatrix<'a> {
     n: usize,
     k: usize,
     data: &'a [u8],
+    /// Blocks per row, bytes per block and per row, computed once:
+    /// [`GgmlMatrix::group_at`] runs for every 8 rows of every call, and
+    /// `K / block_weights` is an integer division.
+    nb: usize,
+    bb: usize,
+    rb: usize,
 }
 
 impl<'a> GgmlMatrix<'a> {
@@ -170,12 +185,16 @@ impl<'a> GgmlMatrix<'a> {
             .and_then(|rb| rb.checked_mul(n))
             .ok_or_else(|| KernelError::Shape(format!("{n} x {k} overflows")))?;
         check_len("ggml data", bytes, data.len())?;
+        let (nb, bb) = (k / qk, format.block_bytes());
         Ok(GgmlMatrix {
             format,
             layout,
             n,
             k,
             data,
+            nb,
+            bb,
+            rb: nb * bb,
         })
     }
 
@@ -210,11 +229,11 @@ impl<'a> GgmlMatrix<'a> {
     }
     /// Blocks per row.
     pub fn blocks_per_row(&self) -> usize {
-        self.k / self.format.block_weights()
+        self.nb
     }
     /// Bytes per row.
     pub fn row_bytes(&self) -> usize {
-        self.blocks_per_row() * self.format.block_bytes()
+        self.rb
     }
 
     /// (offset of block 0, bytes between consecutive blocks) of row `row`.
@@ -234,20 +253,27 @@ impl<'a> GgmlMatrix<'a> {
     pub fn group_at(&self, first: usize) -> RowGroup<'a> {
         let mut offsets = [0usize; GROUP_ROWS];
         let mut strides = [0usize; GROUP_ROWS];
+        let (bb, rb) = (self.bb, self.rb);
+        // Once per group, without divisions (interleave factors are 4 and
+        // 8): this runs for every 8 rows of every call.
+        let (f, full) = match self.layout {
+            RowLayout::Interleaved(f) => (f, self.n & !(f - 1)),
+            RowLayout::RowMajor => (1, 0),
+        };
         for r in 0..GROUP_ROWS {
-            let (o, s) = self.row_location((first + r).min(self.n - 1));
-            offsets[r] = o;
-            strides[r] = s;
+            let row = (first + r).min(self.n - 1);
+            (offsets[r], strides[r]) = if row < full {
+                ((row & !(f - 1)) * rb + (row & (f - 1)) * bb, f * bb)
+            } else {
+                (row * rb, bb)
+            };
         }
+        debug_assert!((0..GROUP_ROWS).all(|r| {
+            (offsets[r], strides[r]) == self.row_location((first + r).min(self.n - 1))
+        }));
         // In bounds by construction (the data length was checked in `new`).
-        RowGroup::new(
-            self.data,
-            offsets,
-            strides,
-            self.blocks_per_row(),
-            self.format.block_bytes(),
-        )
-        .expect("row locations are inside the checked data")
+        RowGroup::new(self.data, offsets, strides, self.nb, self.bb)
+            .expect("row locations are inside the checked data")
     }
 
     /// Copy row `row`'s blocks, in column order, into `out` (`row_bytes()`).
@@ -282,7 +308,7 @@ impl<'a> GgmlMatrix<'a> {
         acts.resize(m * nb, F::Act::default());
         if nb > 0 {
             for (xr, ar) in x.chunks_exact(self.k).zip(acts.chunks_exact_mut(nb)) {
-                F::Act::quantize(xr, ar)?;
+                F::Act::quantize_isa(exec.isa, xr, ar)?;
             }
         }
         let act: &[F::Act] = acts;

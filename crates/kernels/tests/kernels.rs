@@ -49,6 +49,118 @@ fn ggml_every_tier_and_layout_equals_scalar_plain() {
     }
 }
 
+/// The largest integer sums a kernel must hold: every quant byte at an
+/// extreme (0xFF, 0x80, 0x00, 0x77, 0x88: nibbles of 15 and 0, 6-bit
+/// scales of 63, Q8_0 quants of -128 and 127) against activations that are
+/// all +127 or all -127 (or alternate per block), on every tier and
+/// layout: a kernel that lets an i16 partial sum overflow or saturate
+/// differs from the scalar reference here.
+#[test]
+fn extreme_sums_every_tier_and_layout() {
+    let (n, nb) = (19, 3);
+    for format in ALL_FORMATS {
+        let k = nb * format.block_weights();
+        let xs = [
+            vec![1.0f32; k],
+            vec![-1.0f32; k],
+            (0..k)
+                .map(|i| if (i / 32) % 2 == 0 { 3.0 } else { -3.0 })
+                .collect::<Vec<f32>>(),
+        ];
+        for (fi, fill) in [0xFFu8, 0x80, 0x00, 0x77, 0x88].into_iter().enumerate() {
+            let plain = ggml_filled_bytes(format, n, k, fill, 40 + fi as u64);
+            for (xi, x) in xs.iter().enumerate() {
+                let base = GgmlMatrix::new(format, RowLayout::RowMajor, n, k, &plain).unwrap();
+                let want = bits(&run(&base, x, Isa::Scalar, false));
+                for layout in LAYOUTS {
+                    let data = in_layout(format, n, k, &plain, layout);
+                    let m = GgmlMatrix::new(format, layout, n, k, data.as_slice()).unwrap();
+                    for isa in available() {
+                        assert_eq!(
+                            bits(&run(&m, x, isa, true)),
+                            want,
+                            "{format:?} fill {fill:#x} x#{xi} {layout:?} {isa}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The `avx2` tier has two tables (256-bit kernels, and the 128-bit-half
+/// variants `kernels(Avx2)` picks on CPUs that split 256-bit operations):
+/// every group of every format, layout and data kind, through both, equals
+/// the scalar group kernel bit for bit, whichever one this CPU uses.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx2_both_widths_equal_scalar() {
+    use kernels::act::{quantize_q8_0, quantize_q8_k, ActQ8_0, BlockQ8K};
+    use kernels::dispatch::{avx2_variants, kernels, Kernels};
+    use kernels::ggml::RowGroup;
+    use kernels::QuantFormat as F;
+
+    fn group(k: &Kernels, f: F, g: &RowGroup<'_>, a0: &[ActQ8_0], ak: &[BlockQ8K]) -> [u32; 8] {
+        let mut o = [0f32; 8];
+        match f {
+            F::Q8_0 => k.q8_0_group(g, a0, &mut o),
+            F::Q4_0 => k.q4_0_group(g, a0, &mut o),
+            F::Q4_1 => k.q4_1_group(g, a0, &mut o),
+            F::Q5_0 => k.q5_0_group(g, a0, &mut o),
+            F::Q5_1 => k.q5_1_group(g, a0, &mut o),
+            F::Iq4Nl => k.iq4_nl_group(g, a0, &mut o),
+            F::Q4K => k.q4_k_group(g, ak, &mut o),
+            F::Q5K => k.q5_k_group(g, ak, &mut o),
+            F::Q6K => k.q6_k_group(g, ak, &mut o),
+            F::Q2K => k.q2_k_group(g, ak, &mut o),
+            F::Q3K => k.q3_k_group(g, ak, &mut o),
+            F::Iq4Xs => k.iq4_xs_group(g, ak, &mut o),
+        }
+        o.map(f32::to_bits)
+    }
+
+    let variants = avx2_variants();
+    if variants.is_empty() {
+        eprintln!("no AVX2 on this CPU: nothing to compare");
+        return;
+    }
+    let scalar = kernels(Isa::Scalar).unwrap();
+    for format in ALL_FORMATS {
+        let qk = format.block_weights();
+        for (si, &(n, nb)) in GGML_SHAPES.iter().enumerate() {
+            let k = nb * qk;
+            let x = gaussian(300 + si as u64, k);
+            let mut a0 = vec![ActQ8_0::default(); k / 32];
+            quantize_q8_0(&x, &mut a0).unwrap();
+            let mut ak = vec![BlockQ8K::default(); k / 256];
+            if k % 256 == 0 {
+                quantize_q8_k(&x, &mut ak).unwrap();
+            }
+            for plain in [
+                ggml_plain(format, n, k, 70 + si as u64),
+                ggml_random_bytes(format, n, k, 90 + si as u64),
+                ggml_filled_bytes(format, n, k, 0xFF, 5),
+            ] {
+                for layout in LAYOUTS {
+                    let data = in_layout(format, n, k, &plain, layout);
+                    let m = GgmlMatrix::new(format, layout, n, k, data.as_slice()).unwrap();
+                    for first in (0..n).step_by(8) {
+                        let g = m.group_at(first);
+                        let want = group(scalar, format, &g, &a0, &ak);
+                        for (vi, v) in variants.iter().enumerate() {
+                            assert_eq!(
+                                group(v, format, &g, &a0, &ak),
+                                want,
+                                "{format:?} {n}x{k} {layout:?} rows {first}.. avx2 variant {vi}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn unaligned_buffers_give_the_same_bits() {
     for format in ALL_FORMATS {

@@ -15,12 +15,13 @@
 use core::arch::x86_64::*;
 
 use super::{
-    add_scaled, bcast16_mask, d_dmin8, fp16_at8, i8x8, iq4_levels, iq4_table, iq4_xs_scales_at,
-    k4_scales, load128, load256, pair16_mask, q3_k_values, q4_1_contrib, q4_k_values, q4_values,
-    q5_0_values, q5_1_values, q5_k_values, q6_k_values, reduce8, two_bit_values, Slots,
+    add_scaled, bcast16_mask, d_dmin8, fold256, fp16_at8, fp16x8_rows, fp16x8x2_rows, hsum8x4,
+    i8x8, iq4_levels, iq4_table, iq4_xs_scales_at, k4_scale_bytes, k4_scales, load128, load256,
+    opaque128, pair16_mask, q3_k_values, q4_1_contrib, q4_k_values, q5_0_values, q5_1_values,
+    q5_k_values, q6_k_values, reduce8, two_bit_values, with_rows, Rows, Slots,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
-use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q6_k, q8_0};
+use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q6_k, q8_0};
 use crate::operands::RowGroup;
 use crate::operands::{CbLut, PanelBlock, KG_PER_GROUP};
 
@@ -34,35 +35,55 @@ fn dot_i8(w: __m256i, a: __m256i) -> __m256i {
 
 /// Shared Q8_0 / IQ4_NL body (`NL`: the blocks are IQ4_NL): 32 signed
 /// weights per block (Q8_0's quants, or IQ4_NL's levels looked up with
-/// `pshufb`), `S = sum w a` with [`dot_i8`] (|w| <= 127).
+/// `pshufb`), `S = sum w a` with [`dot_i8`] (|w| <= 128), folded to 4
+/// lanes per row and summed across the 8 rows with one `hadd` tree. `H`:
+/// Q8_0 in 128-bit halves ([`super::halves`]).
 ///
 /// # Safety
-/// AVX2 + F16C.
+/// AVX2 + F16C; the current and later blocks of every slot as [`Rows`]
+/// promises for `act.len()` blocks.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
-    assert!(act.len() >= g.nblocks(), "activation blocks");
+unsafe fn signed32_rows<const NL: bool, const H: bool, R: Rows>(
+    mut s: R,
+    act: &[ActQ8_0],
+    out: &mut [f32; 8],
+) {
     let (qs, d_off) = if NL {
         (iq4_nl::QS, iq4_nl::D)
     } else {
         (q8_0::QS, q8_0::D)
     };
     let table = iq4_table();
-    let mut s = Slots::new(g);
+    let ones = _mm_set1_epi16(1);
+    let dot128 = |w: __m128i, a: __m128i| {
+        _mm_madd_epi16(
+            _mm_maddubs_epi16(_mm_abs_epi8(w), _mm_sign_epi8(a, w)),
+            ones,
+        )
+    };
     let mut acc = _mm256_setzero_ps();
-    for a in &act[..g.nblocks()] {
+    for a in act {
         // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
         // block of every slot is in bounds (Q8_0: 34 bytes, qs 32 at 2;
         // IQ4_NL: 18 bytes, qs 16 at 2).
         let (isum, d) = unsafe {
             let av = load256(a.qs.as_ptr().cast());
-            let mut v = [_mm256_setzero_si256(); 8];
-            for (r, vr) in v.iter_mut().enumerate() {
+            let mut x = [_mm_setzero_si128(); 8];
+            for (r, xr) in x.iter_mut().enumerate() {
                 let p = s.at(r).add(qs);
-                let w = if NL { iq4_levels(p, table) } else { load256(p) };
-                *vr = dot_i8(w, av);
+                *xr = if NL {
+                    fold256(dot_i8(iq4_levels(p, table), av))
+                } else if H {
+                    opaque128(_mm_add_epi32(
+                        dot128(load128(p), _mm256_castsi256_si128(av)),
+                        dot128(load128(p.add(16)), load128(a.qs.as_ptr().add(16).cast())),
+                    ))
+                } else {
+                    fold256(dot_i8(load256(p), av))
+                };
             }
-            (reduce8(&v), fp16_at8(&s, d_off))
+            (hsum8x4(&x), fp16x8_rows(&s, d_off))
         };
         acc = add_scaled(acc, isum, d, a.d);
         s.prefetch();
@@ -72,15 +93,62 @@ unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out:
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
-forward_pair!(
-    "avx2,f16c",
-    ActQ8_0,
-    signed32_group,
-    /// Q8_0 x Q8_0 group kernel.
-    q8_0_group,
-    /// IQ4_NL x Q8_0 group kernel.
-    iq4_nl_group
-);
+/// Q8_0 / IQ4_NL group kernel body: [`signed32_rows`] with the group's
+/// addressing.
+///
+/// # Safety
+/// AVX2 + F16C.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn signed32_group<const NL: bool, const H: bool>(
+    g: &RowGroup<'_>,
+    act: &[ActQ8_0],
+    out: &mut [f32; 8],
+) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let act = &act[..g.nblocks()];
+    if NL {
+        // SAFETY: the RowGroup invariant covers every block of every slot.
+        with_rows!(g, iq4_nl::BYTES, |s| unsafe {
+            signed32_rows::<NL, H, _>(s, act, out)
+        })
+    } else {
+        // SAFETY: as above.
+        with_rows!(g, q8_0::BYTES, |s| unsafe {
+            signed32_rows::<NL, H, _>(s, act, out)
+        })
+    }
+}
+
+/// Q8_0 x Q8_0 group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q8_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    // SAFETY: same features.
+    unsafe { signed32_group::<false, false>(g, act, out) }
+}
+
+/// [`q8_0_group`] in 128-bit halves ([`super::halves`]).
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q8_0_group_h(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    // SAFETY: same features.
+    unsafe { signed32_group::<false, true>(g, act, out) }
+}
+
+/// IQ4_NL x Q8_0 group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn iq4_nl_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    // SAFETY: same features.
+    unsafe { signed32_group::<true, false>(g, act, out) }
+}
 
 /// IQ4_XS x Q8_K group kernel: per sub-block `j` of 32, the levels
 /// (`pshufb`) times the activations as signed x signed `maddubs` pairs,
@@ -126,22 +194,72 @@ pub unsafe fn iq4_xs_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8
 /// `sum_i v_i a_i` of 8 rows of Q4_0 / Q4_1 blocks (nibbles at `qs` of
 /// each slot's block), one i32 lane per row.
 ///
+/// All in 128-bit halves, with no multiply for the reduction: per row the
+/// low nibbles (weights 0..16) and the high ones (16..32) go through
+/// `maddubs` against the matching 16 activations, and the two i16 results
+/// are added; an i16 `hadd` tree over the 8 rows then keeps adding
+/// neighbours, and only the last level widens (`madd` by 1). Bounds, with
+/// `v <= 15`, `|a| <= 127`: a `maddubs` pair `<= 3810`, the row sum of two
+/// `<= 7620`, after the two `hadd` levels `<= 30480 < 2^15`: no i16
+/// overflow, so every sum is exact.
+///
 /// # Safety
 /// AVX2; `qs + 16` bytes of every slot's current block must be readable.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn q4_raw8(s: &Slots, qs: usize, a: &ActQ8_0) -> __m256i {
-    let ones = _mm256_set1_epi16(1);
+unsafe fn q4_raw8<R: Rows>(s: &R, qs: usize, a: &ActQ8_0) -> __m256i {
+    let m4 = _mm_set1_epi8(0x0F);
     // SAFETY: `a.qs` is 32 bytes; the nibbles by the caller.
     unsafe {
-        let av = load256(a.qs.as_ptr().cast());
-        let mut v = [_mm256_setzero_si256(); 8];
-        for (r, vr) in v.iter_mut().enumerate() {
-            let w = q4_values(s.at(r).add(qs));
-            *vr = _mm256_madd_epi16(_mm256_maddubs_epi16(w, av), ones);
+        let a_lo = load128(a.qs.as_ptr().cast());
+        let a_hi = load128(a.qs.as_ptr().add(16).cast());
+        let mut x = [_mm_setzero_si128(); 8];
+        for (r, xr) in x.iter_mut().enumerate() {
+            let q = load128(s.at(r).add(qs));
+            let lo = _mm_and_si128(q, m4);
+            let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), m4);
+            *xr = _mm_add_epi16(_mm_maddubs_epi16(lo, a_lo), _mm_maddubs_epi16(hi, a_hi));
         }
-        reduce8(&v)
+        hsum8x8_i16(&x)
     }
+}
+
+/// Lane `r` = the sum of the 8 i16 lanes of `x[r]`, as i32, when every
+/// sum of 4 adjacent lanes fits in i16 (the callers' bounds).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum8x8_i16(x: &[__m128i; 8]) -> __m256i {
+    let ones = _mm_set1_epi16(1);
+    let h01 = _mm_hadd_epi16(x[0], x[1]);
+    let h23 = _mm_hadd_epi16(x[2], x[3]);
+    let h45 = _mm_hadd_epi16(x[4], x[5]);
+    let h67 = _mm_hadd_epi16(x[6], x[7]);
+    // [r0 r0 r1 r1 r2 r2 r3 r3] (i16), then pairs widened to i32.
+    let lo = _mm_madd_epi16(_mm_hadd_epi16(h01, h23), ones);
+    let hi = _mm_madd_epi16(_mm_hadd_epi16(h45, h67), ones);
+    _mm256_set_m128i(opaque128(hi), opaque128(lo))
+}
+
+/// Q4_0 x Q8_0 body over any [`Rows`].
+///
+/// # Safety
+/// AVX2 + F16C; every slot's blocks for `act.len()` steps in bounds.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn q4_0_rows<R: Rows>(mut s: R, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    let mut acc = _mm256_setzero_ps();
+    for a in act {
+        // SAFETY: by the RowGroup invariant the current 18-byte block of
+        // every slot is in bounds (qs: 16 bytes at 2, d at 0).
+        let (raw, d) = unsafe { (q4_raw8(&s, q4_0::QS, a), fp16x8_rows(&s, q4_0::D)) };
+        // sum (v - 8) a = sum v a - 8 sum a.
+        let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(8 * a.sum));
+        acc = add_scaled(acc, isum, d, a.d);
+        s.prefetch();
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
 /// Q4_0 x Q8_0 group kernel.
@@ -151,15 +269,25 @@ unsafe fn q4_raw8(s: &Slots, qs: usize, a: &ActQ8_0) -> __m256i {
 #[target_feature(enable = "avx2,f16c")]
 pub unsafe fn q4_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
-    let mut s = Slots::new(g);
+    let act = &act[..g.nblocks()];
+    // SAFETY: the RowGroup invariant covers every block of every slot.
+    with_rows!(g, q4_0::BYTES, |s| unsafe { q4_0_rows(s, act, out) })
+}
+
+/// Q4_1 x Q8_0 body over any [`Rows`].
+///
+/// # Safety
+/// AVX2 + F16C; every slot's blocks for `act.len()` steps in bounds.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn q4_1_rows<R: Rows>(mut s: R, act: &[ActQ8_0], out: &mut [f32; 8]) {
     let mut acc = _mm256_setzero_ps();
-    for a in &act[..g.nblocks()] {
-        // SAFETY: by the RowGroup invariant the current 18-byte block of
-        // every slot is in bounds (qs: 16 bytes at 2, d at 0).
-        let (raw, d) = unsafe { (q4_raw8(&s, q4_0::QS, a), fp16_at8(&s, q4_0::D)) };
-        // sum (v - 8) a = sum v a - 8 sum a.
-        let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(8 * a.sum));
-        acc = add_scaled(acc, isum, d, a.d);
+    for a in act {
+        const _: () = assert!(q4_1::M == q4_1::D + 2);
+        // SAFETY: by the RowGroup invariant the current 20-byte block of
+        // every slot is in bounds (d, m at 0 and 2, qs: 16 bytes at 4).
+        let (raw, (d, m)) = unsafe { (q4_raw8(&s, q4_1::QS, a), fp16x8x2_rows(&s, q4_1::D)) };
+        acc = _mm256_add_ps(acc, q4_1_contrib(raw, d, m, a));
         s.prefetch();
         s.advance();
     }
@@ -174,18 +302,9 @@ pub unsafe fn q4_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
 #[target_feature(enable = "avx2,f16c")]
 pub unsafe fn q4_1_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
-    let mut s = Slots::new(g);
-    let mut acc = _mm256_setzero_ps();
-    for a in &act[..g.nblocks()] {
-        // SAFETY: by the RowGroup invariant the current 20-byte block of
-        // every slot is in bounds (d, m at 0 and 2, qs: 16 bytes at 4).
-        let (raw, (d, m)) = unsafe { (q4_raw8(&s, q4_1::QS, a), d_dmin8(&s)) };
-        acc = _mm256_add_ps(acc, q4_1_contrib(raw, d, m, a));
-        s.prefetch();
-        s.advance();
-    }
-    // SAFETY: `out` is 8 f32.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+    let act = &act[..g.nblocks()];
+    // SAFETY: the RowGroup invariant covers every block of every slot.
+    with_rows!(g, q4_1::BYTES, |s| unsafe { q4_1_rows(s, act, out) })
 }
 
 /// Q5_0 x Q8_0 group kernel.
@@ -295,15 +414,215 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
-forward_pair!(
-    "avx2,f16c",
-    BlockQ8K,
-    k4_group,
-    /// Q4_K x Q8_K group kernel.
-    q4_k_group,
-    /// Q5_K x Q8_K group kernel.
-    q5_k_group
-);
+/// Q5_K x Q8_K group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q5_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    // SAFETY: same features.
+    unsafe { k4_group::<true>(g, act, out) }
+}
+
+/// Q4_K x Q8_K body over any [`Rows`]. Per row and sub-block `j` of 32:
+/// `maddubs` of the nibbles with the activations (16 i16, each `<= 2 *
+/// 15 * 127 = 3810`), the two 128-bit halves added (`<= 7620`, no
+/// overflow), then one 128-bit `madd` with the broadcast scale `sc_j`:
+/// half the multiplies of scaling the 256-bit products. `M` per row is
+/// one `madd` of the 8 mins with the 8 activation pair sums `bsum_2j +
+/// bsum_2j+1` (computed once per block, `|.| <= 4064`). Both are summed
+/// across the rows with [`hsum8x4`].
+///
+/// # Safety
+/// AVX2 + F16C; every slot's blocks for `act.len()` steps in bounds.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn q4_k_rows<const H: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m4x = _mm_set1_epi8(0x0F);
+    let mut acc = _mm256_setzero_ps();
+    for a in act {
+        // SAFETY: `a.qs` is 256 bytes and `a.bsums` 32 bytes; by the RowGroup
+        // invariant the current 144-byte block of every slot is in bounds
+        // (header 16 bytes, qs 128 at 16).
+        let (sv, mv, d, dmin) = unsafe {
+            let aq = a.qs.as_ptr();
+            let bp = _mm_hadd_epi16(
+                load128(a.bsums.as_ptr().cast()),
+                load128(a.bsums.as_ptr().add(8).cast()),
+            );
+            let mut sx = [_mm_setzero_si128(); 8];
+            let mut mx = [_mm_setzero_si128(); 8];
+            for r in 0..8 {
+                let p = s.at(r);
+                let (sc, mins) = k4_scales_mins(p);
+                mx[r] = _mm_madd_epi16(mins, bp);
+                // f[j]: sub-block j's 16 maddubs pair sums folded to 8 i16.
+                let mut f = [_mm_setzero_si128(); 8];
+                for c in 0..4 {
+                    let (qs, a0) = (p.add(q4_k::QS + 32 * c), aq.add(64 * c));
+                    if H {
+                        // The two 16-byte halves of the 32 bytes separately.
+                        let (q0, q1) = (load128(qs), load128(qs.add(16)));
+                        let lo = |q: __m128i| _mm_and_si128(q, m4x);
+                        let hi = |q: __m128i| _mm_and_si128(_mm_srli_epi16::<4>(q), m4x);
+                        let dot =
+                            |v: __m128i, o: usize| _mm_maddubs_epi16(v, load128(a0.add(o).cast()));
+                        f[2 * c] = _mm_add_epi16(dot(lo(q0), 0), dot(lo(q1), 16));
+                        f[2 * c + 1] = _mm_add_epi16(dot(hi(q0), 32), dot(hi(q1), 48));
+                    } else {
+                        let q = load256(qs);
+                        let lo = _mm256_and_si256(q, m4);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                        f[2 * c] = fold256_i16(_mm256_maddubs_epi16(lo, load256(a0.cast())));
+                        f[2 * c + 1] =
+                            fold256_i16(_mm256_maddubs_epi16(hi, load256(a0.add(32).cast())));
+                    }
+                }
+                // Two hadd levels: [f0 f0 f1 f1 f2 f2 f3 f3] (|.| <= 4 * 7620),
+                // then each pair times its scale: sc_j * dot_j summed.
+                let h03 = _mm_hadd_epi16(_mm_hadd_epi16(f[0], f[1]), _mm_hadd_epi16(f[2], f[3]));
+                let h47 = _mm_hadd_epi16(_mm_hadd_epi16(f[4], f[5]), _mm_hadd_epi16(f[6], f[7]));
+                let t = _mm_add_epi32(
+                    _mm_madd_epi16(h03, _mm_unpacklo_epi16(sc, sc)),
+                    _mm_madd_epi16(h47, _mm_unpackhi_epi16(sc, sc)),
+                );
+                sx[r] = opaque128(t);
+            }
+            const _: () = assert!(q4_k::DMIN == q4_k::D + 2);
+            let (d, dmin) = fp16x8x2_rows(&s, q4_k::D);
+            (hsum8x4(&sx), hsum8x4(&mx), d, dmin)
+        };
+        let da = _mm256_set1_ps(a.d);
+        let c = _mm256_sub_ps(
+            _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da)),
+            _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
+        );
+        acc = _mm256_add_ps(acc, c);
+        s.prefetch();
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// Q4_K x Q8_K group kernel.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q4_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let act = &act[..g.nblocks()];
+    // SAFETY: the RowGroup invariant covers every block of every slot.
+    with_rows!(g, q4_k::BYTES, |s| unsafe {
+        q4_k_rows::<false, _>(s, act, out)
+    })
+}
+
+/// [`q4_k_group`] in 128-bit halves ([`super::halves`]).
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q4_k_group_h(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let act = &act[..g.nblocks()];
+    // SAFETY: the RowGroup invariant covers every block of every slot.
+    with_rows!(g, q4_k::BYTES, |s| unsafe {
+        q4_k_rows::<true, _>(s, act, out)
+    })
+}
+
+/// The 16 i16 lanes of `v` summed pairwise with its upper half (the
+/// callers' bounds keep the sums inside i16).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn fold256_i16(v: __m256i) -> __m128i {
+    opaque128(_mm_add_epi16(
+        _mm256_castsi256_si128(v),
+        _mm256_extracti128_si256::<1>(v),
+    ))
+}
+
+/// Q4_K / Q5_K scales and mins of the block at `p`: 8 i16 each.
+///
+/// # Safety
+/// `p..p + 16` must be readable (the block header: d, dmin, scales).
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn k4_scales_mins(p: *const u8) -> (__m128i, __m128i) {
+    // SAFETY: as the caller guarantees.
+    let r = unsafe { k4_scale_bytes(p) };
+    (
+        _mm_cvtepu8_epi16(r),
+        _mm_cvtepu8_epi16(_mm_srli_si128::<8>(r)),
+    )
+}
+
+/// Q6_K x Q8_K body over any [`Rows`]. Each 32-value run `v[4h + t]`
+/// ([`q6_k_values`]) holds two sub-blocks of 16 (its 128-bit halves,
+/// scales `8h + 2t` and `8h + 2t + 1`). Per row, two runs' `maddubs`
+/// results (i16 pairs, each `<= 2 * 63 * 127 = 16002`) are combined by one
+/// `hadd` (`<= 32004`, no overflow: each sum stays inside its sub-block),
+/// and one `madd` with the four sub-blocks' scales spread to match
+/// applies them: half the multiplies of scaling each product vector. The
+/// `-32` offset is removed with `32 * sum_j sc_j bsum_j`.
+///
+/// # Safety
+/// AVX2 + F16C; every slot's blocks for `act.len()` steps in bounds.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn q6_k_rows<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    // pshufb masks (per 128-bit lane, over 8 i16 scales of one half h):
+    // pair tp spreads [sc_4tp x4, sc_4tp+2 x4 | sc_4tp+1 x4, sc_4tp+3 x4].
+    let spread = |tp: i16| {
+        let e = |j: i16| ((2 * j + 1) << 8) | (2 * j);
+        let (a, b, c, d) = (e(4 * tp), e(4 * tp + 2), e(4 * tp + 1), e(4 * tp + 3));
+        _mm256_setr_epi16(a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d)
+    };
+    let masks = [spread(0), spread(1)];
+    let mut acc = _mm256_setzero_ps();
+    for a in act {
+        // SAFETY: activation arrays are 256 / 32 bytes; the current 210-byte
+        // block of every slot is in bounds (RowGroup invariant).
+        let (sv, d) = unsafe {
+            let aq = a.qs.as_ptr();
+            let bsums = load256(a.bsums.as_ptr().cast());
+            let mut sx = [_mm_setzero_si128(); 8];
+            for (r, sxr) in sx.iter_mut().enumerate() {
+                let p = s.at(r);
+                let sc8 = load128(p.add(q6_k::SCALES));
+                let sc_h = [
+                    _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8)),
+                    _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128::<8>(sc8))),
+                ];
+                let v = q6_k_values(p);
+                // sum sc_j (v - 32) a = sum sc_j v a - 32 sum sc_j bsum_j.
+                let mut t =
+                    _mm256_slli_epi32::<5>(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), bsums));
+                t = _mm256_sub_epi32(_mm256_setzero_si256(), t);
+                for (h, sch) in sc_h.iter().enumerate() {
+                    for (tp, mask) in masks.iter().enumerate() {
+                        let i = 4 * h + 2 * tp;
+                        let pa = _mm256_maddubs_epi16(v[i], load256(aq.add(32 * i).cast()));
+                        let pb =
+                            _mm256_maddubs_epi16(v[i + 1], load256(aq.add(32 * i + 32).cast()));
+                        let sc = _mm256_shuffle_epi8(*sch, *mask);
+                        t = _mm256_add_epi32(t, _mm256_madd_epi16(_mm256_hadd_epi16(pa, pb), sc));
+                    }
+                }
+                *sxr = fold256(t);
+            }
+            (hsum8x4(&sx), fp16x8_rows(&s, q6_k::D))
+        };
+        acc = add_scaled(acc, sv, d, a.d);
+        s.prefetch();
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
 
 /// Q6_K x Q8_K group kernel.
 ///
@@ -312,43 +631,9 @@ forward_pair!(
 #[target_feature(enable = "avx2,f16c")]
 pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
-    let mut s = Slots::new(g);
-    let mut acc = _mm256_setzero_ps();
-    for a in &act[..g.nblocks()] {
-        // SAFETY: activation arrays are 256 / 32 bytes; the current 210-byte
-        // block of every slot is in bounds (RowGroup invariant).
-        let (sv, d) = unsafe {
-            let bsums = load256(a.bsums.as_ptr().cast());
-            let mut sv = [_mm256_setzero_si256(); 8];
-            for (r, svr) in sv.iter_mut().enumerate() {
-                let p = s.at(r);
-                let sc8 = load128(p.add(q6_k::SCALES));
-                let sc_all = _mm256_cvtepi8_epi16(sc8);
-                let sc_h = [
-                    _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8)),
-                    _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128::<8>(sc8))),
-                ];
-                let v = q6_k_values(p);
-                let mut t = _mm256_setzero_si256();
-                for (i, vi) in v.iter().enumerate() {
-                    let (h, tt) = (i / 4, i % 4);
-                    let ai = load256(a.qs.as_ptr().add(32 * i).cast());
-                    let pi = _mm256_maddubs_epi16(*vi, ai);
-                    let sci = _mm256_shuffle_epi8(sc_h[h], pair16_mask(tt));
-                    t = _mm256_add_epi32(t, _mm256_madd_epi16(pi, sci));
-                }
-                // sum sc_j (v - 32) a = sum sc_j v a - 32 sum sc_j bsum_j.
-                let bias = _mm256_madd_epi16(sc_all, bsums);
-                *svr = _mm256_sub_epi32(t, _mm256_slli_epi32::<5>(bias));
-            }
-            (reduce8(&sv), fp16_at8(&s, q6_k::D))
-        };
-        acc = add_scaled(acc, sv, d, a.d);
-        s.prefetch();
-        s.advance();
-    }
-    // SAFETY: `out` is 8 f32.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+    let act = &act[..g.nblocks()];
+    // SAFETY: the RowGroup invariant covers every block of every slot.
+    with_rows!(g, q6_k::BYTES, |s| unsafe { q6_k_rows(s, act, out) })
 }
 
 /// Shared Q2_K / Q3_K body (`Q3`: the blocks are Q3_K): 16 sub-blocks of

@@ -8,6 +8,7 @@
 //! scalar sequence of operations for its row.
 
 pub mod avx2;
+pub(crate) mod quant;
 // Compiled only by rustc >= 1.89 (cfg set by build.rs), where the AVX-512
 // intrinsics are stable.
 #[cfg(kernels_avx512)]
@@ -78,6 +79,253 @@ impl Slots {
             _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(self.block_bytes - 1).cast());
         }
     }
+}
+
+/// Whether this CPU runs 256-bit vector operations as two 128-bit halves
+/// (AMD Zen 1 / Zen+ and the Hygon parts built on them: family 0x17 below
+/// model 0x30, family 0x18), probed once with `cpuid`. There the `avx2`
+/// tier uses kernels written in 128-bit halves where that measured faster
+/// (`*_group_h`: no lane extractions, and better scheduling around the one
+/// 128-bit multiplier pipe; kernel-only Q8_0 and Q4_K 6-7% faster on an
+/// EPYC of that family); every other AVX2 CPU keeps the 256-bit ones. Both
+/// give the same bits (tests/kernels.rs `avx2_both_widths_equal_scalar`).
+pub fn halves() -> bool {
+    static HALVES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HALVES.get_or_init(|| {
+        // Leaves 0 and 1 exist on every x86-64 CPU.
+        let (v, l1) = (__cpuid(0), __cpuid(1));
+        let vendor = [v.ebx, v.edx, v.ecx].map(u32::to_le_bytes).concat();
+        let base = (l1.eax >> 8) & 0xF;
+        let family = if base == 0xF {
+            base + ((l1.eax >> 20) & 0xFF)
+        } else {
+            base
+        };
+        let model = ((l1.eax >> 4) & 0xF) | (((l1.eax >> 16) & 0xF) << 4);
+        match &vendor[..] {
+            b"AuthenticAMD" => family == 0x17 && model < 0x30,
+            b"HygonGenuine" => family == 0x18,
+            _ => false,
+        }
+    })
+}
+
+/// How a group kernel finds the current block of each of its 8 row slots
+/// (one implementation per addressing pattern, so the common patterns get
+/// code without per-slot pointer arrays).
+pub(crate) trait Rows {
+    /// The current block of slot `r` (`r < 8`).
+    fn at(&self, r: usize) -> *const u8;
+    /// Move every slot to its next block.
+    fn advance(&mut self);
+    /// Prefetch hint for the blocks `PREFETCH_BYTES` ahead (never faults).
+    fn prefetch(&self);
+}
+
+impl Rows for Slots {
+    #[inline(always)]
+    fn at(&self, r: usize) -> *const u8 {
+        Slots::at(self, r)
+    }
+    #[inline(always)]
+    fn advance(&mut self) {
+        Slots::advance(self)
+    }
+    #[inline(always)]
+    fn prefetch(&self) {
+        // SAFETY: every x86 tier that runs a group kernel has AVX2 (the
+        // table is only handed out for an available tier); prefetch is a
+        // hint that never faults.
+        unsafe { Slots::prefetch(self) }
+    }
+}
+
+/// The slots of every group the drivers build except the last of a matrix:
+/// slot `r` at `half[r / 4] + (r % 4) * d`, all with the same stride.
+/// R8: `d` = one block (`PACKED`, a constant), `half[1] = half[0] + 4d`,
+/// stride `8B`; R4: two units, stride `4B`; plain rows: `d` = row bytes,
+/// stride `B`. `B` is the format's block size.
+pub(crate) struct Uniform<const B: usize, const PACKED: bool> {
+    half: [*const u8; 2],
+    d: usize,
+    stride: usize,
+    /// Prefetch distance: whole strides, at least `PREFETCH_BYTES`.
+    ahead: usize,
+}
+
+impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
+    /// The group's addressing, when it has this pattern (`PACKED`: the 4
+    /// slots of each half are adjacent blocks).
+    #[inline(always)]
+    pub(crate) fn of(g: &crate::operands::RowGroup<'_>) -> Option<Self> {
+        let (o, st) = (g.offsets(), g.strides());
+        if g.block_bytes() != B || st.iter().any(|&x| x != st[0]) || o[1] <= o[0] {
+            return None;
+        }
+        let d = o[1] - o[0];
+        if PACKED != (d == B) {
+            return None;
+        }
+        for r in 0..8 {
+            if o[r] != o[r & 4] + (r & 3) * d {
+                return None;
+            }
+        }
+        let base = g.data().as_ptr();
+        let stride = st[0];
+        Some(Uniform {
+            // wrapping_add: no dereference here; the RowGroup invariant
+            // makes every pointer produced for b < nblocks in bounds.
+            half: [base.wrapping_add(o[0]), base.wrapping_add(o[4])],
+            d: if PACKED { B } else { d },
+            stride,
+            ahead: crate::operands::PREFETCH_BYTES.div_ceil(stride.max(1)) * stride,
+        })
+    }
+}
+
+impl<const B: usize, const PACKED: bool> Rows for Uniform<B, PACKED> {
+    #[inline(always)]
+    fn at(&self, r: usize) -> *const u8 {
+        let d = if PACKED { B } else { self.d };
+        self.half[r / 4].wrapping_add((r % 4) * d)
+    }
+    #[inline(always)]
+    fn advance(&mut self) {
+        self.half[0] = self.half[0].wrapping_add(self.stride);
+        self.half[1] = self.half[1].wrapping_add(self.stride);
+    }
+    #[inline(always)]
+    fn prefetch(&self) {
+        if PACKED {
+            // Each half is 4 adjacent blocks: every line of them.
+            for h in 0..2 {
+                let q = self.half[h].wrapping_add(self.ahead);
+                let mut off = 0;
+                while off < 4 * B {
+                    // SAFETY: a hint; never faults.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(off).cast()) };
+                    off += 64;
+                }
+                // SAFETY: as above.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(4 * B - 1).cast()) };
+            }
+        } else {
+            // Plain rows: 8 streams, the lines of each slot's block.
+            for r in 0..8 {
+                let q = self.at(r).wrapping_add(self.ahead);
+                let mut off = 0;
+                while off < B {
+                    // SAFETY: a hint; never faults.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(off).cast()) };
+                    off += 64;
+                }
+                if B > 64 {
+                    // SAFETY: as above.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(B - 1).cast()) };
+                }
+            }
+        }
+    }
+}
+
+/// Run `$body` with `$s` bound to the cheapest [`Rows`] for group `$g`
+/// (blocks of `$b` bytes): one monomorphized copy per addressing pattern.
+macro_rules! with_rows {
+    ($g:expr, $b:expr, |$s:ident| $body:expr) => {{
+        let g = $g;
+        if let Some($s) = $crate::x86::Uniform::<{ $b }, true>::of(g) {
+            $body
+        } else if let Some($s) = $crate::x86::Uniform::<{ $b }, false>::of(g) {
+            $body
+        } else {
+            let $s = $crate::x86::Slots::new(g);
+            $body
+        }
+    }};
+}
+pub(crate) use with_rows;
+
+/// Eight fp16 values at offset `off` of the 8 slots' current blocks, widened.
+///
+/// # Safety
+/// Each `s.at(r) + off..+2` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) unsafe fn fp16x8_rows<R: Rows>(s: &R, off: usize) -> __m256 {
+    // SAFETY: guaranteed by the caller.
+    let h = |r: usize| unsafe { read_u16(s.at(r).add(off)) } as i16;
+    _mm256_cvtph_ps(_mm_set_epi16(
+        h(7),
+        h(6),
+        h(5),
+        h(4),
+        h(3),
+        h(2),
+        h(1),
+        h(0),
+    ))
+}
+
+/// The two adjacent fp16 values at offsets `off` and `off + 2` of the 8
+/// slots' current blocks (Q4_1's `d, m`, the k-quants' `d, dmin`), widened:
+/// one u32 load per slot instead of two u16 loads and inserts.
+///
+/// # Safety
+/// Each `s.at(r) + off..+4` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) unsafe fn fp16x8x2_rows<R: Rows>(s: &R, off: usize) -> (__m256, __m256) {
+    // SAFETY: guaranteed by the caller.
+    let w = |r: usize| unsafe { read_u32(s.at(r).add(off)) } as i32;
+    let v = _mm256_setr_epi32(w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7));
+    let lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+    let hi = _mm256_srli_epi32::<16>(v);
+    // [lo0-3 hi0-3 | lo4-7 hi4-7] -> [lo0-7 | hi0-7].
+    let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(lo, hi));
+    (
+        _mm256_cvtph_ps(_mm256_castsi256_si128(p)),
+        _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(p)),
+    )
+}
+
+/// Lane `r` = the sum of the 4 i32 lanes of `x[r]` (exact).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn hsum8x4(x: &[__m128i; 8]) -> __m256i {
+    let four = |a: __m128i, b: __m128i, c: __m128i, d: __m128i| {
+        let ab = _mm_add_epi32(_mm_unpacklo_epi32(a, b), _mm_unpackhi_epi32(a, b));
+        let cd = _mm_add_epi32(_mm_unpacklo_epi32(c, d), _mm_unpackhi_epi32(c, d));
+        opaque128(_mm_add_epi32(
+            _mm_unpacklo_epi64(ab, cd),
+            _mm_unpackhi_epi64(ab, cd),
+        ))
+    };
+    _mm256_set_m128i(four(x[4], x[5], x[6], x[7]), four(x[0], x[1], x[2], x[3]))
+}
+
+/// The 4 i32 lanes of `v` summed pairwise with its upper half: `lo + hi`.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn fold256(v: __m256i) -> __m128i {
+    opaque128(_mm_add_epi32(
+        _mm256_castsi256_si128(v),
+        _mm256_extracti128_si256::<1>(v),
+    ))
+}
+
+/// `x`, through an empty `asm!` block: the compiler cannot look through
+/// it, so it keeps 128-bit reduction trees as written instead of merging
+/// them into 256-bit shuffles (`vperm2i128`), which cost three times as
+/// much on CPUs that split 256-bit operations in two (AMD Zen 1).
+#[inline(always)]
+pub(crate) fn opaque128(mut x: __m128i) -> __m128i {
+    // SAFETY: an empty asm block with one register operand; it reads and
+    // writes nothing else.
+    unsafe {
+        core::arch::asm!("/* {0} */", inout(xmm_reg) x, options(pure, nomem, nostack, preserves_flags));
+    }
+    x
 }
 
 /// 32 bytes at `p`.
@@ -423,6 +671,24 @@ pub(crate) fn pair16_mask(t: usize) -> __m256i {
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn k4_scales(p: *const u8) -> (__m256i, __m256i) {
     // SAFETY: the caller guarantees the 16 header bytes.
+    let r = unsafe { k4_scale_bytes(p) };
+    let sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(r));
+    let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
+        r,
+        _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
+    ));
+    (sc, mins)
+}
+
+/// The 6-bit scales and mins of a Q4_K / Q5_K block as 16 bytes
+/// `[sc0..8 | m0..8]` (the unpack documented at [`k4_scales`]).
+///
+/// # Safety
+/// `p..p + 16` must be readable (the block header: d, dmin, scales).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn k4_scale_bytes(p: *const u8) -> __m128i {
+    // SAFETY: the caller guarantees the 16 header bytes.
     let b = unsafe { load128(p) };
     let t = _mm_shuffle_epi8(
         b,
@@ -439,13 +705,7 @@ pub(crate) unsafe fn k4_scales(p: *const u8) -> (__m256i, __m256i) {
         _mm_srli_epi16::<2>(u),
         _mm_setr_epi32(0, 0x3030_3030, 0, 0x3030_3030),
     );
-    let r = _mm_or_si128(_mm_or_si128(lo, hi), top);
-    let sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(r));
-    let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
-        r,
-        _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
-    ));
-    (sc, mins)
+    _mm_or_si128(_mm_or_si128(lo, hi), top)
 }
 
 /// d and dmin (fp16 at offsets 0 and 2) of 8 k-quant blocks, widened.

@@ -32,10 +32,28 @@ pub fn ggml_plain(format: QuantFormat, n: usize, k: usize, seed: u64) -> Vec<u8>
 /// arbitrary: extreme quants, 6-bit scales of 63, Q6_K scales of -128).
 pub fn ggml_random_bytes(format: QuantFormat, n: usize, k: usize, seed: u64) -> Vec<u8> {
     let ty = format.ggml_type();
-    let bb = ty.type_size();
-    let len = n * k / ty.block_size() * bb;
+    let len = n * k / ty.block_size() * ty.type_size();
     let mut rng = SplitMix64::new(seed);
     let mut out: Vec<u8> = (0..len).map(|_| (rng.next_u64() >> 56) as u8).collect();
+    set_scales(format, &mut out, &mut rng);
+    out
+}
+
+/// Blocks whose every byte is `fill`, scales set as in
+/// [`ggml_random_bytes`]: with `fill` = 0xFF / 0x80 / 0x00 the quants (and
+/// 6-bit scales) sit at their extremes, so with constant activations of
+/// +-127 the integer sums reach the largest magnitudes a kernel must hold.
+pub fn ggml_filled_bytes(format: QuantFormat, n: usize, k: usize, fill: u8, seed: u64) -> Vec<u8> {
+    let ty = format.ggml_type();
+    let len = n * k / ty.block_size() * ty.type_size();
+    let mut out = vec![fill; len];
+    set_scales(format, &mut out, &mut SplitMix64::new(seed));
+    out
+}
+
+/// Finite, moderate fp16 scale fields in every block of `out`.
+fn set_scales(format: QuantFormat, out: &mut [u8], rng: &mut SplitMix64) {
+    let bb = format.block_bytes();
     let fp16_fields: &[usize] = match format {
         QuantFormat::Q8_0
         | QuantFormat::Q4_0
@@ -57,7 +75,6 @@ pub fn ggml_random_bytes(format: QuantFormat, n: usize, k: usize, seed: u64) -> 
             blk[o..o + 2].copy_from_slice(&h.to_le_bytes());
         }
     }
-    out
 }
 
 /// The bytes of `plain` in `layout`, in a 64-byte aligned buffer.
