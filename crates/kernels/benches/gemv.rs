@@ -326,6 +326,29 @@ fn bench_case(
     Some(out)
 }
 
+/// `GEMV_BENCH_SHAPE=NxK[,NxK..]` if set (any N, K), else `default`.
+fn shapes_from_env(default: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    std::env::var("GEMV_BENCH_SHAPE")
+        .ok()
+        .and_then(|f| {
+            f.split(',')
+                .map(|s| {
+                    let (n, k) = s.split_once('x')?;
+                    Some((n.parse().ok()?, k.parse().ok()?))
+                })
+                .collect::<Option<Vec<_>>>()
+        })
+        .unwrap_or_else(|| default.to_vec())
+}
+
+/// Whether `GEMV_BENCH_LAYOUT` (comma-separated parts of layout names)
+/// selects `layout` (everything when unset).
+fn layout_wanted(layout: Layout) -> bool {
+    std::env::var("GEMV_BENCH_LAYOUT")
+        .ok()
+        .is_none_or(|f| f.split(',').any(|p| layout.name().contains(p)))
+}
+
 fn main() {
     // Ignore the arguments cargo passes (`--bench`).
     let isa = std::env::var("GEMV_BENCH_ISA")
@@ -350,21 +373,7 @@ fn main() {
         bw[0],
         bw[1]
     );
-    let all_shapes = [(2048, 2048), (8192, 2048), (2048, 8192), (262144, 640)];
-    let shape_filter = std::env::var("GEMV_BENCH_SHAPE").ok();
-    // GEMV_BENCH_SHAPE=NxK[,NxK..] runs those shapes only (any N, K).
-    let shapes: Vec<(usize, usize)> = match shape_filter.as_deref().and_then(|f| {
-        f.split(',')
-            .map(|s| {
-                let (n, k) = s.split_once('x')?;
-                Some((n.parse().ok()?, k.parse().ok()?))
-            })
-            .collect::<Option<Vec<_>>>()
-    }) {
-        Some(s) => s,
-        None => all_shapes.to_vec(),
-    };
-    let layout_filter = std::env::var("GEMV_BENCH_LAYOUT").ok();
+    let shapes = shapes_from_env(&[(2048, 2048), (8192, 2048), (2048, 8192), (262144, 640)]);
     let mut layouts = vec![
         Layout::Panel(Family::Hadamard),
         Layout::Panel(Family::Orthogonal),
@@ -385,10 +394,7 @@ fn main() {
     type Cells = Vec<Option<Vec<Cell>>>;
     let mut rows: Vec<(String, Cells)> = Vec::new();
     for layout in layouts {
-        if layout_filter
-            .as_ref()
-            .is_some_and(|f| !f.split(',').any(|p| layout.name().contains(p)))
-        {
+        if !layout_wanted(layout) {
             continue;
         }
         let cells: Cells = shapes
@@ -464,11 +470,17 @@ fn main() {
 
 /// GF/s of `Gemv::gemm` and of `M` GEMVs, hot, 2 threads.
 fn gemm_table(isa: Isa) {
-    let runner = Runner::new(2);
-    let shapes = [(2048usize, 2048usize), (8192, 2048)];
+    let threads: usize = std::env::var("GEMV_BENCH_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(2);
+    let runner = Runner::new(threads);
+    let shapes = shapes_from_env(&[(2048usize, 2048usize), (8192, 2048)]);
     let ms = [1usize, 16, 64];
     println!();
-    println!("GEMM GF/s (2 M N K per call), hot, 2 threads, {isa}: Gemv::gemm / M separate GEMVs");
+    println!(
+        "GEMM GF/s (2 M N K per call), hot, {threads} thread(s), {isa}: Gemv::gemm / M separate GEMVs"
+    );
     println!();
     print!("| layout | NxK |");
     for m in ms {
@@ -476,13 +488,16 @@ fn gemm_table(isa: Isa) {
     }
     println!();
     println!("|---|---|{}", "---|".repeat(ms.len()));
-    let layouts = [
+    let layouts: Vec<Layout> = [
         Layout::Panel(Family::Hadamard),
         Layout::Ggml(QuantFormat::Q8_0, RowLayout::Interleaved(8)),
         Layout::Ggml(QuantFormat::Q4_0, RowLayout::Interleaved(8)),
         Layout::Ggml(QuantFormat::Q4K, RowLayout::Interleaved(8)),
         Layout::Ggml(QuantFormat::Q4K, RowLayout::RowMajor),
-    ];
+    ]
+    .into_iter()
+    .filter(|l| layout_wanted(*l))
+    .collect();
     for layout in layouts {
         for &(n, k) in &shapes {
             let (blob, data) = match layout {
@@ -549,7 +564,7 @@ fn gemm_table(isa: Isa) {
                     n.to_string(),
                     k.to_string(),
                     m.to_string(),
-                    "2".into(),
+                    threads.to_string(),
                     format!("{gemm:.2}"),
                     format!("{gemvs:.2}"),
                 ]);
