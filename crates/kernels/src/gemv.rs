@@ -102,25 +102,33 @@ pub trait Gemv: Sync {
     }
 }
 
-/// The weight-stationary GEMM driver of the ggml and CQ4 matrices: `Y`
-/// (`m x n`, row-major) from weight groups of `U` rows. `group(row0, i,
-/// out)` runs the group whose first row is `row0` against activation row
-/// `i` (the first `min(U, n - row0)` values of `out` are kept). With `m ==
+/// Activation rows per call of a multi-row (GEMM) kernel: each weight
+/// group is decoded once per this many rows of `X`. A multiple of
+/// [`crate::act::CQ4_TILE_ROWS`].
+pub(crate) const GEMM_ROWS: usize = 64;
+
+/// The GEMM driver of the ggml and CQ4 matrices: `Y` (`m x n`, row-major)
+/// from weight groups of `U` rows. `tile(row0, i0, rows, out)` runs the
+/// group whose first row is `row0` against activation rows `i0..i0 + rows`
+/// (`rows <= GEMM_ROWS`) into `out[U * i + r]` (`out.len() == U * rows`;
+/// of each row the first `min(U, n - row0)` values are kept). With `m ==
 /// 1` the results go straight into `y`; otherwise into `yt` (`n x m`, so a
-/// task owns whole groups for every activation row), transposed at the end.
-/// Each group is run against all `m` rows before the next one.
+/// task owns whole groups for every activation row), transposed at the
+/// end. Each group runs against all `m` rows (in chunks of `GEMM_ROWS`)
+/// before the next one: the weights stream from memory once per call.
 pub(crate) fn weight_stationary<const U: usize>(
     m: usize,
     y: &mut [f32],
     yt: &mut Vec<f32>,
     exec: Exec,
-    group: impl Fn(usize, usize, &mut [f32; U]) + Sync,
+    tile: impl Fn(usize, usize, usize, &mut [f32]) + Sync,
 ) {
+    const { assert!(U <= 64, "the tile buffer holds 64 values per row") };
     if m == 1 {
         split_rows(y, U, exec, |first, ys| {
             for (gi, yc) in ys.chunks_mut(U).enumerate() {
                 let mut out = [0.0f32; U];
-                group(first + gi * U, 0, &mut out);
+                tile(first + gi * U, 0, 1, &mut out);
                 yc.copy_from_slice(&out[..yc.len()]);
             }
         });
@@ -129,13 +137,17 @@ pub(crate) fn weight_stationary<const U: usize>(
     yt.clear();
     yt.resize(y.len(), 0.0);
     split_rows(yt, U * m, exec, |first, ts| {
+        let mut buf = [0.0f32; GEMM_ROWS * 64];
         for (gi, tc) in ts.chunks_mut(U * m).enumerate() {
             let (row0, rows) = (first / m + gi * U, tc.len() / m);
-            for i in 0..m {
-                let mut out = [0.0f32; U];
-                group(row0, i, &mut out);
-                for (r, &v) in out[..rows].iter().enumerate() {
-                    tc[r * m + i] = v;
+            for i0 in (0..m).step_by(GEMM_ROWS) {
+                let mc = GEMM_ROWS.min(m - i0);
+                let out = &mut buf[..U * mc];
+                tile(row0, i0, mc, out);
+                for (i, o) in out.chunks_exact(U).enumerate() {
+                    for (r, &v) in o[..rows].iter().enumerate() {
+                        tc[r * m + i0 + i] = v;
+                    }
                 }
             }
         }

@@ -22,6 +22,9 @@ pub(crate) struct Cq4Scratch {
     pub(crate) q: Vec<i8>,
     pub(crate) scale: Vec<f32>,
     pub(crate) qsum: Vec<i32>,
+    /// The quants of a GEMM's rows interleaved for the multi-row kernels
+    /// ([`crate::act::Cq4Rows`]).
+    pub(crate) packed: Vec<i8>,
 }
 
 impl Workspace {
