@@ -97,8 +97,19 @@ static AVX2: Kernels = Kernels {
     cq4: crate::x86::avx2::cq4_superblock,
     rotate: crate::x86::avx2::orthogonal_rotate,
     gemm: GemmKernels {
+        q8_0: Some(crate::x86::avx2_gemm::q8_0_gemm),
+        q4_0: Some(crate::x86::avx2_gemm::q4_0_gemm),
+        q4_1: Some(crate::x86::avx2_gemm::q4_1_gemm),
+        q5_0: Some(crate::x86::avx2_gemm::q5_0_gemm),
+        q5_1: Some(crate::x86::avx2_gemm::q5_1_gemm),
+        q4_k: Some(crate::x86::avx2_gemm::q4_k_gemm),
+        q5_k: Some(crate::x86::avx2_gemm::q5_k_gemm),
+        q6_k: Some(crate::x86::avx2_gemm::q6_k_gemm),
+        q2_k: Some(crate::x86::avx2_gemm::q2_k_gemm),
+        q3_k: Some(crate::x86::avx2_gemm::q3_k_gemm),
+        iq4_nl: Some(crate::x86::avx2_gemm::iq4_nl_gemm),
+        iq4_xs: Some(crate::x86::avx2_gemm::iq4_xs_gemm),
         cq4: Some(crate::x86::avx2_gemm::cq4_superblock_gemm),
-        ..GemmKernels::NONE
     },
 };
 

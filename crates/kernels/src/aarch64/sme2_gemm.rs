@@ -200,9 +200,11 @@ pub unsafe fn cq4_superblock_gemm(
                 let g = g0 + gi;
                 for (r, s) in sums.iter().take(tile_rows).enumerate() {
                     let i = t * CQ4_TILE_ROWS + r;
-                    // SAFETY: `s` is 64 i32; 4j + 4 <= 64.
-                    let v: [int32x4_t; 16] =
-                        core::array::from_fn(|j| unsafe { vld1q_s32(s.as_ptr().add(4 * j)) });
+                    let mut v = [vdupq_n_s32(0); 16];
+                    for (j, vj) in v.iter_mut().enumerate() {
+                        // SAFETY: `s` is 64 i32; 4j + 4 <= 64.
+                        *vj = unsafe { vld1q_s32(s.as_ptr().add(4 * j)) };
+                    }
                     let o: &mut [f32; 64] = (&mut out[64 * i..64 * i + 64])
                         .try_into()
                         .expect("64 channels");
