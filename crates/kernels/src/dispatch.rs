@@ -151,8 +151,19 @@ const NEON_TABLE: Kernels = Kernels {
     cq4: crate::aarch64::neon::cq4_superblock,
     rotate: crate::aarch64::neon::orthogonal_rotate,
     gemm: GemmKernels {
+        q8_0: Some(crate::aarch64::neon_gemm::q8_0_gemm),
+        q4_0: Some(crate::aarch64::neon_gemm::q4_0_gemm),
+        q4_1: Some(crate::aarch64::neon_gemm::q4_1_gemm),
+        q5_0: Some(crate::aarch64::neon_gemm::q5_0_gemm),
+        q5_1: Some(crate::aarch64::neon_gemm::q5_1_gemm),
+        q4_k: Some(crate::aarch64::neon_gemm::q4_k_gemm),
+        q5_k: Some(crate::aarch64::neon_gemm::q5_k_gemm),
+        q6_k: Some(crate::aarch64::neon_gemm::q6_k_gemm),
+        q2_k: Some(crate::aarch64::neon_gemm::q2_k_gemm),
+        q3_k: Some(crate::aarch64::neon_gemm::q3_k_gemm),
+        iq4_nl: Some(crate::aarch64::neon_gemm::iq4_nl_gemm),
+        iq4_xs: Some(crate::aarch64::neon_gemm::iq4_xs_gemm),
         cq4: Some(crate::aarch64::neon_gemm::cq4_superblock_gemm),
-        ..GemmKernels::NONE
     },
 };
 
