@@ -512,14 +512,17 @@ fn gemm_table(isa: Isa) {
         .unwrap_or(2);
     let runner = Runner::new(threads);
     let shapes = shapes_from_env(&[(2048usize, 2048usize), (8192, 2048)]);
-    let ms = [1usize, 16, 64];
+    let ms: Vec<usize> = std::env::var("GEMV_BENCH_M")
+        .ok()
+        .and_then(|v| v.split(',').map(|m| m.parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 16, 64]);
     println!();
     println!(
         "GEMM GF/s (2 M N K per call), hot, {threads} thread(s), {isa}: Gemv::gemm / M separate GEMVs"
     );
     println!();
     print!("| layout | NxK |");
-    for m in ms {
+    for m in &ms {
         print!(" M={m} |");
     }
     println!();
@@ -571,7 +574,7 @@ fn gemm_table(isa: Isa) {
                 )),
             };
             print!("| {} | {n}x{k} |", layout.name());
-            for m in ms {
+            for &m in &ms {
                 let x = gaussian(11, m * k);
                 let mut y = vec![0f32; m * n];
                 let mut ws = Workspace::new();
