@@ -105,7 +105,7 @@ impl Outcome {
                         r.push(format!(
                             "{}: the GEMM (M = {}) differs from the GEMV",
                             i.isa,
-                            kernel_check::check::GEMM_ROWS
+                            kernel_check::check::gemm_rows(i.isa)
                         ));
                     }
                     if !i.exact.pass() {
@@ -561,7 +561,7 @@ pub fn files_json(outcomes: &[Outcome]) -> Vec<serde_json::Value> {
                     "e2e_max_abs": num(i.e2e.max_abs),
                     "identical_to_scalar": i.identical_to_scalar,
                     "gemm_identical": i.gemm_identical,
-                    "gemm_rows": kernel_check::check::GEMM_ROWS,
+                    "gemm_rows": kernel_check::check::gemm_rows(i.isa),
                     "error": i.error,
                     "pass": i.pass(),
                 })).collect::<Vec<_>>()).unwrap_or_default(),

@@ -47,7 +47,7 @@ pub struct IsaCheck {
     pub e2e: ErrorStats,
     /// Bit-identical to the scalar tier (when the scalar tier ran).
     pub identical_to_scalar: Option<bool>,
-    /// The GEMM ([`GEMM_ROWS`] rows of `X`: the check's activations and
+    /// The GEMM ([`gemm_rows`] rows of `X`: the check's activations and
     /// their negation, alternating) gave the GEMV's bits (negated in the
     /// odd rows) in every row of `Y` (`None` when the GEMV failed).
     pub gemm_identical: Option<bool>,
@@ -306,13 +306,25 @@ fn run_tiers(mats: &[&dyn Gemv], x: &[f32], r: &Reference, tiers: &[Isa], fc: &m
     }
 }
 
-/// Rows of the GEMM [`check_container`] runs per file and tier: a 16-row
-/// tile of the SME2 multi-row kernel plus one, so also 4 / 8-row runs of
-/// the AVX2 / NEON kernels and their tails, and the multi-row path of
-/// every ggml format.
+/// Rows of the GEMM [`check_container`] runs per file on a tier with
+/// multi-row kernels: a 16-row tile of the SME2 kernel plus one, so also
+/// 4 / 8-row runs of the AVX2 / NEON kernels and their tails, and the
+/// multi-row path of every ggml format.
 pub const GEMM_ROWS: usize = 17;
 
-/// The M > 1 case: a GEMM of the [`GEMM_ROWS`] rows `x, -x, x, -x, ..`
+/// Rows of that GEMM on a tier without multi-row kernels (`scalar`,
+/// `avx512`), whose GEMM is the GEMV per row: enough for the driver.
+pub const GEMM_ROWS_PER_ROW_TIERS: usize = 2;
+
+/// The GEMM rows [`check_container`] runs on `isa`.
+pub fn gemm_rows(isa: Isa) -> usize {
+    match kernels::dispatch::kernels(isa) {
+        Ok(k) if k.has_gemm() => GEMM_ROWS,
+        _ => GEMM_ROWS_PER_ROW_TIERS,
+    }
+}
+
+/// The M > 1 case: a GEMM of the [`gemm_rows`] rows `x, -x, x, -x, ..`
 /// on `isa` must give `y` (the GEMV's result) in the even rows and `-y`
 /// in the odd ones, bit for bit but for the sign of zeros (kernels'
 /// `Gemv::gemm` contract: row `i` is the GEMV of row `i`). Negation is
@@ -323,16 +335,17 @@ pub const GEMM_ROWS: usize = 17;
 /// sum is +0.0 for `x` and `-x` alike, hence the sign exception. An error
 /// counts as a mismatch.
 fn gemm_matches(mats: &[&dyn Gemv], x: &[f32], y: &[f32], isa: Isa, ws: &mut Workspace) -> bool {
+    let rows = gemm_rows(isa);
     let neg: Vec<f32> = x.iter().map(|v| -v).collect();
-    let xs: Vec<f32> = (0..GEMM_ROWS)
+    let xs: Vec<f32> = (0..rows)
         .flat_map(|i| if i % 2 == 0 { x } else { &neg[..] })
         .copied()
         .collect();
     let mut at = 0;
     for m in mats {
         let n = m.rows();
-        let mut ys = vec![0f32; GEMM_ROWS * n];
-        if m.gemm(GEMM_ROWS, &xs, &mut ys, ws, Exec::new(isa, true))
+        let mut ys = vec![0f32; rows * n];
+        if m.gemm(rows, &xs, &mut ys, ws, Exec::new(isa, true))
             .is_err()
         {
             return false;
@@ -471,16 +484,24 @@ mod tests {
         let mut y = vec![0f32; n];
         mat.gemv(&x, &mut y, &mut ws, Exec::new(Isa::Scalar, false))
             .unwrap();
-        assert!(gemm_matches(&[&mat], &x, &y, Isa::Scalar, &mut ws));
-        // Rows of opposite sign swapped are caught; rows of the same sign
-        // (both x, or both -x) are the same values, so they are not.
-        for (a, b, caught) in [(0, 1, true), (4, 15, true), (0, 2, false), (3, 5, false)] {
-            let s = Swapped { inner: &mat, a, b };
-            assert_eq!(
-                gemm_matches(&[&s], &x, &y, Isa::Scalar, &mut ws),
-                !caught,
-                "rows {a} and {b}"
-            );
+        assert_eq!(gemm_rows(Isa::Scalar), GEMM_ROWS_PER_ROW_TIERS);
+        for isa in kernels::available() {
+            let rows = gemm_rows(isa);
+            assert!(gemm_matches(&[&mat], &x, &y, isa, &mut ws), "{isa}");
+            // Rows of opposite sign swapped are caught; rows of the same
+            // sign (both x, or both -x) are the same values, so they are not.
+            let mut cases = vec![(0, 1, true)];
+            if rows == GEMM_ROWS {
+                cases.extend([(4, 15, true), (0, 2, false), (3, 5, false)]);
+            }
+            for (a, b, caught) in cases {
+                let s = Swapped { inner: &mat, a, b };
+                assert_eq!(
+                    gemm_matches(&[&s], &x, &y, isa, &mut ws),
+                    !caught,
+                    "{isa}: rows {a} and {b}"
+                );
+            }
         }
     }
 

@@ -171,6 +171,28 @@ impl Kernels {
         unsafe { (self.rotate)(x, recip, r, z) }
     }
 
+    /// Whether this tier has any multi-row (GEMM) kernel (otherwise its
+    /// GEMM runs the GEMV kernels once per activation row).
+    pub fn has_gemm(&self) -> bool {
+        let g = &self.gemm;
+        [
+            g.q8_0.is_some(),
+            g.q4_0.is_some(),
+            g.q4_1.is_some(),
+            g.q5_0.is_some(),
+            g.q5_1.is_some(),
+            g.q4_k.is_some(),
+            g.q5_k.is_some(),
+            g.q6_k.is_some(),
+            g.q2_k.is_some(),
+            g.q3_k.is_some(),
+            g.iq4_nl.is_some(),
+            g.iq4_xs.is_some(),
+            g.cq4.is_some(),
+        ]
+        .contains(&true)
+    }
+
     /// Whether this tier has a multi-row (GEMM) kernel for CQ4 panels
     /// (without one, [`Kernels::cq4_superblock_gemm`] runs the GEMV kernel
     /// per row).
