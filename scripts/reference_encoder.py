@@ -539,11 +539,11 @@ def read_imatrix(path):
 
 def encode_tensor(W, family, seed, importance=None):
     """W: f32 [N, K] (already materialised per the dtype policy); importance:
-    f32 [K] (Hadamard family only: AWQ input scales, §CQ4.16) or None.
+    f32 [K] (AWQ input scales, §CQ4.16, either family) or None.
     Returns the complete .cq4p.weights file bytes and a dict describing its regions."""
     W = np.asarray(W, dtype=np.float32)
     exps = None
-    if importance is not None and family == "hadamard":
+    if importance is not None:
         exps = awq_exponents(W, importance)
         # W * 2^e: exact in f32 (W was checked finite below; 2^e <= 8).
         W = (W * np.exp2(exps).astype(np.float32)[None, :]).astype(np.float32)
@@ -628,6 +628,206 @@ def encode_tensor(W, family, seed, importance=None):
     out[scales_offset:scales_offset + len(scales)] = scales
     out[data_offset:] = data
     return bytes(out), {"scales": scales, "data": data, "nrm": nrm}
+
+
+# ---------------------------------------------------------------------------
+# §CQ4.17 data-free importance (--input-scales auto)
+# ---------------------------------------------------------------------------
+HF_LAYER_SUFFIX = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+}
+
+
+def hf_name_of(arch, gguf):
+    """The Hugging Face name of a llama.cpp tensor name (FORMAT.md §engine layout table)."""
+    if gguf == "token_embd.weight":
+        return "model.embed_tokens.weight"
+    if gguf == "output_norm.weight":
+        return "model.norm.weight"
+    if gguf == "output.weight":
+        return "lm_head.weight"
+    if not gguf.startswith("blk."):
+        return None
+    layer, tail = gguf[4:].split(".", 1)
+    if tail == "ffn_norm.weight":
+        suffix = "pre_feedforward_layernorm.weight" if arch == "gemma3" else "post_attention_layernorm.weight"
+    else:
+        suffix = HF_LAYER_SUFFIX.get(tail)
+    if suffix is None or not layer.isdigit():
+        return None
+    return f"model.layers.{int(layer)}.{suffix}"
+
+
+def seq_mean(x):
+    """(sum_i x_i, sequential) / n."""
+    return seq_sum(x) / float(len(x))
+
+
+def importance_estimate(model_info, tensors, torch_dtype):
+    """§CQ4.17. Returns {source tensor name: f32 importance [K]} or (None, reason)."""
+    arch, is_gguf, heads, kv_heads, tied = model_info
+    by_name = {n: (load, shape) for n, load, shape in tensors}
+
+    def name_of(gguf):
+        return gguf if is_gguf else hf_name_of(arch, gguf)
+
+    def get(gguf, ndim):
+        n = name_of(gguf)
+        if n is None or n not in by_name or len(by_name[n][1]) != ndim:
+            return None
+        W = materialize(by_name[n][0](), torch_dtype, n).astype(np.float32)
+        if ndim == 1 and arch.startswith("gemma") and not is_gguf:
+            W = (W + np.float32(1.0)).astype(np.float32)  # f32(w + 1)
+        return W.astype(np.float64)
+
+    def normed(g, x):
+        m = seq_mean(x)
+        if not m > 0.0:
+            return np.zeros(len(g))
+        return (g * g) * (x / m)
+
+    def energies(W, x):  # P(W, x)_i = sum_k (w*w) * x_k, sequential in k
+        out = np.zeros(W.shape[0])
+        for k in range(W.shape[1]):
+            out = out + (W[:, k] * W[:, k]) * x[k]
+        return out
+
+    if heads is None:
+        return None, "no head count"
+    n_layer = 0
+    while name_of(f"blk.{n_layer}.attn_norm.weight") in by_name:
+        n_layer += 1
+    if n_layer == 0:
+        return None, "no layers"
+    pa, fn = name_of("blk.0.post_attention_norm.weight"), name_of("blk.0.ffn_norm.weight")
+    post = pa in by_name and pa != fn
+    E = get("token_embd.weight", 2)
+    if E is None:
+        return None, "no embedding"
+    V, H = E.shape
+    S = np.zeros(H)
+    for t in range(V):
+        S = S + E[t] * E[t]
+    r = (S / float(V)) * (float(H) if arch.startswith("gemma") else 1.0)
+    out = {}
+
+    def put(gguf, a):
+        n = name_of(gguf)
+        if n in by_name and len(by_name[n][1]) == 2 and by_name[n][1][1] == len(a):
+            out[n] = a.astype(np.float32)
+
+    layers = []
+    for l in range(n_layer):
+        p = f"blk.{l}."
+        ga = get(p + "attn_norm.weight", 1)
+        if ga is None or len(ga) != H:
+            return None, f"attn_norm {l}"
+        A = normed(ga, r)
+        Wv = get(p + "attn_v.weight", 2)
+        if Wv is None or Wv.shape[1] != H:
+            return None, f"attn_v {l}"
+        v = energies(Wv, A)
+        if kv_heads == 0 or heads == 0 or heads % kv_heads or len(v) % kv_heads:
+            return None, "heads"
+        dv, rep = len(v) // kv_heads, heads // kv_heads
+        O = np.concatenate([v[(h // rep) * dv:(h // rep + 1) * dv] for h in range(heads)])
+        Wo = get(p + "attn_output.weight", 2)
+        if Wo is None or Wo.shape[1] != len(O):
+            return None, f"attn_output {l}"
+        a = energies(Wo, O)
+        if len(a) != H:
+            return None, f"attn_output rows {l}"
+        if post:
+            g = get(p + "post_attention_norm.weight", 1)
+            if g is None or len(g) != H:
+                return None, f"post_attention_norm {l}"
+            a = normed(g, a)
+        r = r + a
+        gf = get(p + "ffn_norm.weight", 1)
+        if gf is None or len(gf) != H:
+            return None, f"ffn_norm {l}"
+        F = normed(gf, r)
+        Wg, Wu = get(p + "ffn_gate.weight", 2), get(p + "ffn_up.weight", 2)
+        if Wg is None or Wg.shape[1] != H:
+            return None, f"ffn_gate {l}"
+        g_ = energies(Wg, F)
+        if Wu is None or Wu.shape[1] != H:
+            return None, f"ffn_up {l}"
+        u = energies(Wu, F)
+        if len(u) != len(g_):
+            return None, f"ffn_up rows {l}"
+        Dn = (u * g_) / (1.0 + g_)
+        Wd = get(p + "ffn_down.weight", 2)
+        if Wd is None or Wd.shape[1] != len(Dn):
+            return None, f"ffn_down {l}"
+        a = energies(Wd, Dn)
+        if len(a) != H:
+            return None, f"ffn_down rows {l}"
+        if post:
+            g = get(p + "post_ffw_norm.weight", 1)
+            if g is None or len(g) != H:
+                return None, f"post_ffw_norm {l}"
+            a = normed(g, a)
+        r = r + a
+        layers.append((A, O, F, Dn))
+    go = get("output_norm.weight", 1)
+    if go is None or len(go) != H:
+        return None, "output_norm"
+    for l, (A, O, F, Dn) in enumerate(layers):
+        p = f"blk.{l}."
+        for k in ("attn_q", "attn_k", "attn_v"):
+            put(p + k + ".weight", A)
+        put(p + "attn_output.weight", O)
+        for k in ("ffn_gate", "ffn_up"):
+            put(p + k + ".weight", F)
+        put(p + "ffn_down.weight", Dn)
+    Xo = normed(go, r)
+    if name_of("output.weight") in by_name:
+        put("output.weight", Xo)
+    elif tied:
+        put("token_embd.weight", Xo)
+    return out, None
+
+
+def model_info(path, tensors):
+    """(arch, is_gguf, heads, kv_heads, tied) for §CQ4.17."""
+    names = {n for n, _, _ in tensors}
+    if os.path.isdir(path) or path.endswith(".safetensors"):
+        cfg_path = os.path.join(path if os.path.isdir(path) else os.path.dirname(path), "config.json")
+        cfg = json.load(open(cfg_path)) if os.path.exists(cfg_path) else {}
+        text = cfg.get("text_config") or cfg
+        mt = cfg.get("model_type", "")
+        arch = "gemma3" if mt == "gemma3_text" else mt
+        heads = text.get("num_attention_heads", cfg.get("num_attention_heads"))
+        kv = text.get("num_key_value_heads", cfg.get("num_key_value_heads")) or heads
+        has_out = "lm_head.weight" in names
+        has_emb = "model.embed_tokens.weight" in names
+        tie = cfg.get("tie_word_embeddings")
+        tied = (not has_out) and (has_emb if not isinstance(tie, bool) else (tie and has_emb))
+        return arch, False, heads, kv, tied
+    from gguf import GGUFReader
+    r = GGUFReader(path)
+
+    def field(k):
+        f = r.fields.get(k)
+        if f is None:
+            return None
+        v = f.parts[f.data[0]]
+        return bytes(v).decode() if f.types and f.types[0].name == "STRING" else int(v[0])
+    arch = field("general.architecture") or ""
+    heads = field(f"{arch}.attention.head_count")
+    kv = field(f"{arch}.attention.head_count_kv") or heads
+    tied = "output.weight" not in names and "token_embd.weight" in names
+    return arch, True, heads, kv, tied
 
 
 # ---------------------------------------------------------------------------
@@ -740,9 +940,17 @@ def family_of(name, shape):
     return "hadamard"
 
 
-def encode_model(model, outdir, torch_dtype, seed, only=None, verbose=True, imatrix=None):
+def encode_model(model, outdir, torch_dtype, seed, only=None, verbose=True, imatrix=None,
+                 input_scales="auto"):
     tensors = read_model(model)
     im = read_imatrix(imatrix) if imatrix else {}
+    est = {}
+    if input_scales == "auto":
+        est, why = importance_estimate(model_info(model, tensors), tensors, torch_dtype)
+        if est is None:
+            est = {}
+            if verbose:
+                print(f"  no importance estimate: {why}", file=sys.stderr)
     names = file_names([n for n, _, _ in tensors])
     os.makedirs(outdir, exist_ok=True)
     written = []
@@ -752,7 +960,10 @@ def encode_model(model, outdir, torch_dtype, seed, only=None, verbose=True, imat
             continue
         t0 = time.time()
         W = materialize(load(), torch_dtype, name)
-        blob, _ = encode_tensor(W, fam, seed, im.get(name))
+        imp = im.get(name)
+        if imp is None:
+            imp = est.get(name)
+        blob, _ = encode_tensor(W, fam, seed, imp)
         fn = names[name] + ".cq4p.weights"
         with open(os.path.join(outdir, fn), "wb") as f:
             f.write(blob)
@@ -1056,7 +1267,9 @@ def main(argv=None):
     ap.add_argument("--diff", nargs=2, metavar=("REFERENCE", "OTHER"))
     ap.add_argument("--make-edge-gguf", metavar="PATH", help="write the synthetic edge-case GGUF")
     ap.add_argument("--imatrix", default=None, metavar="FILE",
-                    help="llama.cpp GGUF importance matrix: AWQ input scales for the Hadamard family")
+                    help="llama.cpp GGUF importance matrix: AWQ input scales (§CQ4.16)")
+    ap.add_argument("--input-scales", default="auto", choices=["auto", "none"],
+                    help="auto: the §CQ4.17 data-free importance for matrices without an imatrix entry")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
     if args.self_test:
@@ -1077,7 +1290,8 @@ def main(argv=None):
     try:
         t0 = time.time()
         written = encode_model(args.model, args.outdir, aliases[args.torch_dtype], seed, only,
-                               verbose=not args.quiet, imatrix=args.imatrix)
+                               verbose=not args.quiet, imatrix=args.imatrix,
+                               input_scales=args.input_scales)
     except EncodeError as e:
         print(f"reference_encoder: error: {e}", file=sys.stderr)
         return 2

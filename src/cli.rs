@@ -333,6 +333,17 @@ impl From<InterleaveArg> for weights_file::format::Interleave {
     }
 }
 
+/// `--input-scales`: where a `--bits 4` bundle's per-column input scales
+/// come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InputScalesArg {
+    /// From --imatrix where it has an entry, else estimated from the
+    /// model's own weights.
+    Auto,
+    /// From --imatrix only; every other matrix gets scale 1.
+    None,
+}
+
 /// `--mix`: which matrices a `--bits 4` bundle keeps at FP16.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum MixArg {
@@ -519,6 +530,18 @@ pub struct ConvertArgs {
     #[arg(long, value_enum, requires = "bits", value_name = "POLICY")]
     pub mix: Option<MixArg>,
 
+    /// With --bits 4: where the AWQ-style power-of-two input scales of the
+    /// CQ4 matrices come from (FORMAT.md §CQ4.16). `auto` (default): from
+    /// --imatrix for the matrices it has an entry for, and for every other
+    /// CQ4 matrix from a data-free estimate of its mean squared input made
+    /// from the model's own weights (the embedding's channel energies
+    /// carried through the norms and projections of every layer; FORMAT.md
+    /// §CQ4.17), no calibration text needed; models whose decoder it does
+    /// not recognise get no estimate. `none`: only --imatrix (scale 1 for
+    /// everything else: the engine converter's uncalibrated behaviour).
+    #[arg(long, value_enum, requires = "bits", value_name = "SOURCE")]
+    pub input_scales: Option<InputScalesArg>,
+
     /// With --bits 4 --mix auto: the budget, in bits per weight of the
     /// model's matrices, counting every byte of every weight file (headers,
     /// norms, rotations; default 5.0, llama.cpp Q4_1's nominal size).
@@ -530,10 +553,11 @@ pub struct ConvertArgs {
     /// entry (looked up by its GGUF name, as llama-quantize does; a Hugging
     /// Face source's names are mapped) is quantized importance-weighted:
     /// with --qtype byte-identical to `llama-quantize --imatrix` (Q8_0
-    /// ignores it, as ggml does); with --bits 4 every Hadamard-family matrix
-    /// gets AWQ-style power-of-two input scales (FORMAT.md §CQ4.16).
+    /// ignores it, as ggml does); with --bits 4 every CQ4 matrix with an
+    /// entry gets AWQ-style power-of-two input scales (FORMAT.md §CQ4.16).
     /// Weights without an entry (token_embd, output unless collected) are
-    /// quantized without.
+    /// quantized without, or (--bits 4 --input-scales auto, the default)
+    /// with the data-free estimate.
     #[arg(long, value_name = "FILE")]
     pub imatrix: Option<PathBuf>,
 

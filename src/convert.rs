@@ -14,7 +14,7 @@ use crate::extra::ExtraContent;
 use crate::manifest::{
     self, source_name, Entry, ExtraFile, Manifest, SkippedFile, Source, SourceFile, Tool,
 };
-use crate::options::Options;
+use crate::options::{Mode, Options};
 use crate::outdir::{self, OutputDir};
 use crate::plan::{self, Action, Plan};
 use crate::shard;
@@ -271,6 +271,46 @@ impl Done {
     }
 }
 
+/// `--input-scales auto`: the data-free importance estimate (FORMAT.md
+/// §CQ4.17), when a CQ4 matrix of this portion has no `--imatrix` entry.
+/// A model whose decoder the estimate does not recognise is converted
+/// without one (said on stderr).
+fn importance_estimate(
+    cat: &Catalogue,
+    plan: &Plan,
+    portion: &Portion,
+    opts: &Options,
+    quiet: bool,
+) -> Result<Option<crate::importance::Estimate>> {
+    let wanted = matches!(opts.mode, Mode::Cq4 { estimate: true, .. })
+        && portion.jobs.iter().any(|&i| {
+            let j = &plan.jobs[i];
+            matches!(j.action, Action::Panels { .. }) && j.imatrix.is_none()
+        });
+    if !wanted {
+        return Ok(None);
+    }
+    let t0 = Instant::now();
+    match crate::importance::estimate(cat, opts.dtype)? {
+        Ok(e) => {
+            if !quiet {
+                eprintln!(
+                    "  input scales: importance estimated from the weights for {} matrices ({:.1} s)",
+                    e.len(),
+                    t0.elapsed().as_secs_f64()
+                );
+            }
+            Ok(Some(e))
+        }
+        Err(why) => {
+            if !quiet {
+                eprintln!("  input scales: no estimate ({why}); matrices without --imatrix entries get scale 1");
+            }
+            Ok(None)
+        }
+    }
+}
+
 /// Write a portion of the bundle into the staging folder.
 fn write_portion(
     cat: &Catalogue,
@@ -286,11 +326,13 @@ fn write_portion(
         .iter()
         .map(|&i| plan.jobs[i].tensor.n_bytes)
         .sum();
+    let estimate = importance_estimate(cat, plan, portion, opts, quiet)?;
     let pb = progress(total, quiet);
     let ctx = writers::Ctx {
         cat,
         opts,
         out: dir,
+        estimate: estimate.as_ref(),
     };
     // Hash the sources while the jobs run (hashing a multi-GB source alone
     // would otherwise be a serial phase).
@@ -309,8 +351,10 @@ fn write_portion(
                 let job = &plan.jobs[i];
                 let t = job.tensor;
                 let src = outdir::sha256(cat.data(t));
+                let imp =
+                    writers::importance(&ctx, job).map(|(a, _)| writers::importance_sha256(a));
                 let kept = match resume {
-                    Some(r) => r.keep(i, job, &src, dir)?,
+                    Some(r) => r.keep(i, job, &src, imp.as_deref(), dir)?,
                     None => None,
                 };
                 let reused = kept.is_some();
@@ -398,10 +442,18 @@ impl Resume {
 
     /// The old entry of job `i` when its file can be kept: same tensor
     /// (name, shape, type, role, source bytes `src`), same planned file,
-    /// layout and transforms, and the file in the output folder still has
-    /// the recorded size and sha256. The file is then linked into the
-    /// staging folder.
-    fn keep(&self, i: usize, job: &plan::Job, src: &str, dir: &OutputDir) -> Result<Option<Entry>> {
+    /// layout and transforms, the same importance vector (`importance`:
+    /// its sha256; the data-free estimate moves with other tensors), and
+    /// the file in the output folder still has the recorded size and
+    /// sha256. The file is then linked into the staging folder.
+    fn keep(
+        &self,
+        i: usize,
+        job: &plan::Job,
+        src: &str,
+        importance: Option<&str>,
+        dir: &OutputDir,
+    ) -> Result<Option<Entry>> {
         let t = job.tensor;
         let Some(e) = self.old.tensors.get(i) else {
             return Ok(None);
@@ -425,7 +477,14 @@ impl Resume {
             Some(x) => (Some(&x.hf_name), x.record.as_slice()),
             None => (None, &[][..]),
         };
-        let same = e.tensor == t.name
+        let old_importance = e
+            .details
+            .as_ref()
+            .and_then(|d| d.get("input_scales"))
+            .and_then(|s| s.get("importance_sha256"))
+            .and_then(|h| h.as_str());
+        let same = old_importance == importance
+            && e.tensor == t.name
             && e.shape == t.shape
             && e.source_dtype == t.dtype.to_string()
             && e.role == t.role.as_str()

@@ -6,6 +6,7 @@ mod convert;
 mod engine;
 mod extra;
 mod failure;
+mod importance;
 mod inspect;
 mod manifest;
 mod materialize;

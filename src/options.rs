@@ -38,6 +38,9 @@ pub enum Mode {
         /// `--mix auto`: the budget in bits per matrix weight within which
         /// the most sensitive matrices become FP16; `None` for `--mix none`.
         max_bpw: Option<f64>,
+        /// `--input-scales auto`: matrices without an `--imatrix` entry
+        /// get input scales from the data-free estimate (§CQ4.17).
+        estimate: bool,
         /// Rotations, codebooks and the seed shared by every tensor.
         bundle: Box<cq4::Bundle>,
     },
@@ -120,6 +123,10 @@ impl Options {
                     .map(|r| crate::mixture::parse_override(r, &types))
                     .collect::<Result<_>>()?,
                 max_bpw,
+                estimate: args
+                    .input_scales
+                    .unwrap_or(crate::cli::InputScalesArg::Auto)
+                    == crate::cli::InputScalesArg::Auto,
                 bundle: Box::new(cq4::Bundle::new(args.seed.unwrap_or(cq4::DEFAULT_SEED))),
             }
         } else if args.plain {
@@ -231,6 +238,7 @@ impl Options {
                 interleave,
                 overrides,
                 max_bpw,
+                estimate,
                 bundle,
             } => {
                 let j = serde_json::json!({
@@ -243,6 +251,7 @@ impl Options {
                     "interleave": interleave.factor(),
                     "mix": if max_bpw.is_some() { "auto" } else { "none" },
                     "max_bpw": max_bpw,
+                    "input_scales": if *estimate { "auto" } else { "none" },
                 });
                 with_rules(j, overrides)
             }

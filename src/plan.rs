@@ -130,17 +130,14 @@ pub fn family_name(f: cq4::Family) -> &'static str {
 
 impl Action<'_> {
     /// True for the actions `--imatrix` changes: requantized sidecars and
-    /// Hadamard-family panels (AWQ input scales).
+    /// CQ4 panels (AWQ input scales).
     pub fn uses_imatrix(self) -> bool {
         matches!(
             self,
             Action::Sidecar {
                 requantize: true,
                 ..
-            } | Action::Panels {
-                family: cq4::Family::Hadamard,
-                ..
-            }
+            } | Action::Panels { .. }
         )
     }
 
@@ -490,7 +487,8 @@ fn importance<'c>(
     let name = match cat.kind {
         SourceKind::Gguf { .. } => Some(t.name.clone()),
         _ => {
-            let arch = gguf_architecture(cat.architecture.as_deref().unwrap_or(""));
+            let arch =
+                crate::importance::gguf_architecture(cat.architecture.as_deref().unwrap_or(""));
             im.data
                 .entries
                 .keys()
@@ -508,14 +506,6 @@ fn importance<'c>(
     im.data
         .for_tensor(&name, k, 1)
         .map_err(|why| bad_input(format!("{}: {}: {why}", at(cat, t), im.path.display())))
-}
-
-/// llama.cpp's architecture name of a Hugging Face `model_type`.
-fn gguf_architecture(model_type: &str) -> &str {
-    match model_type {
-        "gemma3_text" => "gemma3",
-        t => t,
-    }
 }
 
 fn at(cat: &Catalogue, t: &Tensor) -> String {

@@ -22,6 +22,8 @@ pub struct Ctx<'a> {
     pub opts: &'a Options,
     /// Where files go.
     pub out: &'a OutputDir,
+    /// `--input-scales auto`: the data-free importance estimate.
+    pub estimate: Option<&'a crate::importance::Estimate>,
 }
 
 impl Ctx<'_> {
@@ -33,6 +35,28 @@ impl Ctx<'_> {
             self.cat.file_of(job.tensor).display()
         )
     }
+}
+
+/// A CQ4 job's importance vector and where it comes from: its `--imatrix`
+/// entry, else the data-free estimate (`--input-scales auto`), else none
+/// (FORMAT.md §CQ4.16).
+pub fn importance<'a>(ctx: &Ctx<'a>, job: &Job<'a>) -> Option<(&'a [f32], &'static str)> {
+    if !matches!(job.action, Action::Panels { .. }) {
+        return None;
+    }
+    match (job.imatrix, ctx.estimate) {
+        (Some(a), _) => Some((a, "imatrix")),
+        (None, Some(e)) => e.get(&job.tensor.name).map(|a| (a, "estimate")),
+        (None, None) => None,
+    }
+}
+
+/// sha256 of an importance vector's f32 little-endian bytes: what the
+/// manifest records, so `--resume` sees when another tensor's change moved
+/// the estimate of this one.
+pub fn importance_sha256(a: &[f32]) -> String {
+    let bytes: Vec<u8> = a.iter().flat_map(|v| v.to_le_bytes()).collect();
+    crate::outdir::sha256(&bytes)
 }
 
 /// Run one job. Tensors that stay in the source get their entry here; the

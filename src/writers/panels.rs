@@ -18,9 +18,9 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
     let (n, k) = (t.shape[0] as usize, t.shape[1] as usize);
     let mut enc = bundle.encoder(family, n, k).with_context(|| ctx.at(job))?;
     let mut scaled_columns = None;
-    if let (Some(importance), cq4::Family::Hadamard) = (job.imatrix, family) {
+    if let Some((importance, from)) = super::importance(ctx, job) {
         // AWQ input scales need every row's column sums first: one more
-        // pass over the source (only with --imatrix).
+        // pass over the source.
         let mut sums = cq4::awq::ColumnSums::new(k);
         materialize::rows(
             ctx.cat,
@@ -34,7 +34,11 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
             },
         )?;
         let exps = cq4::awq::input_exponents(sums.sums(), importance);
-        scaled_columns = Some(exps.iter().filter(|&&e| e != 0).count());
+        scaled_columns = Some((
+            exps.iter().filter(|&&e| e != 0).count(),
+            from,
+            super::importance_sha256(importance),
+        ));
         enc = enc
             .with_input_exponents(&exps)
             .with_context(|| ctx.at(job))?;
@@ -79,8 +83,9 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
         "super_blocks": g.sb64(),
         "seed": bundle.seed(),
     });
-    if let Some(c) = scaled_columns {
-        details["input_scales"] = serde_json::json!({"from": "imatrix", "scaled_columns": c});
+    if let Some((c, from, sha)) = scaled_columns {
+        details["input_scales"] =
+            serde_json::json!({"from": from, "scaled_columns": c, "importance_sha256": sha});
     }
     Ok(Entry::new(
         t,

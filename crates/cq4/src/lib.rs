@@ -30,6 +30,7 @@ mod encode;
 mod error;
 pub mod hadamard;
 mod hadamard_quant;
+pub mod importance;
 pub mod orthogonal;
 pub mod rng;
 pub mod simd;

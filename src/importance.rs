@@ -1,0 +1,216 @@
+//! The data-free importance estimate of a model (FORMAT.md §CQ4.17): finds
+//! the decoder's tensors in the catalogue by their llama.cpp names (a
+//! Hugging Face checkpoint's names are mapped), streams them through the
+//! dtype policy into [`cq4::importance::estimate`], and hands each CQ4
+//! matrix its input importance.
+
+use std::collections::HashMap;
+
+use anyhow::Result;
+use ggml_quants::TorchDtype;
+use model_sources::{Catalogue, SourceKind, Tensor};
+
+use crate::materialize::{self, Transform};
+use cq4::importance::{Part, Shape, Source};
+
+/// Each matrix's estimated input importance (`K` values), by tensor name.
+#[derive(Debug, Default)]
+pub struct Estimate {
+    by_name: HashMap<String, Vec<f32>>,
+}
+
+impl Estimate {
+    /// The importance of tensor `name`'s input columns, if estimated.
+    pub fn get(&self, name: &str) -> Option<&[f32]> {
+        self.by_name.get(name).map(Vec::as_slice)
+    }
+
+    /// Matrices with an estimate.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+}
+
+/// llama.cpp's architecture name of a Hugging Face `model_type`.
+pub fn gguf_architecture(model_type: &str) -> &str {
+    match model_type {
+        "gemma3_text" => "gemma3",
+        t => t,
+    }
+}
+
+/// Gemma's RMS norms multiply by `1 + w`; a GGUF stores that sum, a
+/// Hugging Face checkpoint stores `w`.
+fn gemma(arch: &str) -> bool {
+    arch.starts_with("gemma")
+}
+
+/// The catalogue seen through llama.cpp's tensor names.
+struct Model<'c> {
+    cat: &'c Catalogue,
+    dtype: TorchDtype,
+    arch: String,
+    index: HashMap<&'c str, &'c Tensor>,
+}
+
+impl<'c> Model<'c> {
+    fn new(cat: &'c Catalogue, dtype: TorchDtype) -> Self {
+        let arch = gguf_architecture(cat.architecture.as_deref().unwrap_or("")).to_string();
+        let index = cat.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+        Model {
+            cat,
+            dtype,
+            arch,
+            index,
+        }
+    }
+
+    /// The tensor llama.cpp names `gguf`.
+    fn tensor(&self, gguf: &str) -> Option<&'c Tensor> {
+        match self.cat.kind {
+            SourceKind::Gguf { .. } => self.index.get(gguf).copied(),
+            _ => match model_sources::hf::hf_tensor(&self.arch, gguf, &[]) {
+                model_sources::hf::HfTensor::Mapped { name, .. } => {
+                    self.index.get(name.as_str()).copied()
+                }
+                _ => None,
+            },
+        }
+    }
+
+    fn gguf_name(part: Part) -> String {
+        match part {
+            Part::TokenEmbedding => "token_embd.weight".into(),
+            Part::OutputNorm => "output_norm.weight".into(),
+            Part::AttnNorm(l) => format!("blk.{l}.attn_norm.weight"),
+            Part::AttnV(l) => format!("blk.{l}.attn_v.weight"),
+            Part::AttnOutput(l) => format!("blk.{l}.attn_output.weight"),
+            Part::PostAttnNorm(l) => format!("blk.{l}.post_attention_norm.weight"),
+            Part::FfnNorm(l) => format!("blk.{l}.ffn_norm.weight"),
+            Part::FfnGate(l) => format!("blk.{l}.ffn_gate.weight"),
+            Part::FfnUp(l) => format!("blk.{l}.ffn_up.weight"),
+            Part::FfnDown(l) => format!("blk.{l}.ffn_down.weight"),
+            Part::PostFfwNorm(l) => format!("blk.{l}.post_ffw_norm.weight"),
+        }
+    }
+}
+
+impl Source for Model<'_> {
+    type Error = anyhow::Error;
+
+    fn vector(&mut self, part: Part) -> Result<Option<Vec<f32>>> {
+        let Some(t) = self.tensor(&Self::gguf_name(part)) else {
+            return Ok(None);
+        };
+        if t.shape.len() != 1 {
+            return Ok(None);
+        }
+        let mut v = Vec::with_capacity(t.n_elements() as usize);
+        materialize::values(self.cat, t, self.dtype, Transform::NONE, |x| {
+            v.extend_from_slice(x);
+            Ok(())
+        })?;
+        // A Hugging Face Gemma checkpoint stores w; the model multiplies by
+        // f32(w + 1), the value a GGUF stores.
+        if gemma(&self.arch) && !matches!(self.cat.kind, SourceKind::Gguf { .. }) {
+            for x in &mut v {
+                *x += 1.0;
+            }
+        }
+        Ok(Some(v))
+    }
+
+    fn matrix(
+        &mut self,
+        part: Part,
+        each: &mut dyn FnMut(&[f32], usize),
+    ) -> Result<Option<(usize, usize)>> {
+        let Some(t) = self.tensor(&Self::gguf_name(part)) else {
+            return Ok(None);
+        };
+        if t.shape.len() != 2 || t.dtype.ggml().is_none() {
+            return Ok(None);
+        }
+        let k = t.ncols() as usize;
+        materialize::rows(self.cat, t, self.dtype, 1, Transform::NONE, |_, rows| {
+            each(rows, k);
+            Ok(())
+        })?;
+        Ok(Some((t.nrows() as usize, k)))
+    }
+}
+
+/// A config value as a count.
+fn count(cfg: &serde_json::Value, key: &str) -> Option<usize> {
+    cfg.get(key)
+        .or_else(|| cfg.get("text_config").and_then(|t| t.get(key)))
+        .and_then(serde_json::Value::as_u64)
+        .map(|v| v as usize)
+}
+
+/// Make the estimate. `Ok(Err(why))` when the model has no decoder the
+/// estimate understands (the conversion then goes on without it).
+pub fn estimate(cat: &Catalogue, dtype: TorchDtype) -> Result<Result<Estimate, String>> {
+    let mut model = Model::new(cat, dtype);
+    let cfg = crate::engine::config::hf_config(cat);
+    let Some(n_head) = count(&cfg, "num_attention_heads") else {
+        return Ok(Err("the model's head count is not known".into()));
+    };
+    let n_kv_head = count(&cfg, "num_key_value_heads").unwrap_or(n_head);
+    let mut n_layer = 0;
+    while model
+        .tensor(&Model::gguf_name(Part::AttnNorm(n_layer)))
+        .is_some()
+    {
+        n_layer += 1;
+    }
+    if n_layer == 0 {
+        return Ok(Err("no decoder layers found by name".into()));
+    }
+    let shape = Shape {
+        n_layer,
+        n_head,
+        n_kv_head,
+        embedding_scaled: gemma(&model.arch),
+        // Post-norms when the model has a norm after attention that is not
+        // the MLP's input norm (a Llama checkpoint's Hugging Face name for
+        // `ffn_norm` is `post_attention_layernorm`: the same tensor).
+        post_norms: match (
+            model.tensor(&Model::gguf_name(Part::PostAttnNorm(0))),
+            model.tensor(&Model::gguf_name(Part::FfnNorm(0))),
+        ) {
+            (Some(p), Some(f)) => !std::ptr::eq(p, f),
+            (Some(_), None) => true,
+            (None, _) => false,
+        },
+    };
+    let imp = match cq4::importance::estimate(&mut model, &shape)? {
+        Ok(i) => i,
+        Err(skip) => return Ok(Err(skip.to_string())),
+    };
+    let mut by_name = HashMap::new();
+    let mut put = |gguf: String, a: &[f64]| {
+        if let Some(t) = model.tensor(&gguf) {
+            if t.shape.len() == 2 && t.ncols() as usize == a.len() {
+                by_name.insert(t.name.clone(), cq4::importance::to_f32(a));
+            }
+        }
+    };
+    for (l, li) in imp.layers.iter().enumerate() {
+        for k in ["attn_q", "attn_k", "attn_v"] {
+            put(format!("blk.{l}.{k}.weight"), &li.attn_in);
+        }
+        put(format!("blk.{l}.attn_output.weight"), &li.attn_output_in);
+        for k in ["ffn_gate", "ffn_up"] {
+            put(format!("blk.{l}.{k}.weight"), &li.ffn_in);
+        }
+        put(format!("blk.{l}.ffn_down.weight"), &li.ffn_down_in);
+    }
+    // The output projection's input: lm_head, or the tied embedding.
+    if model.tensor("output.weight").is_some() {
+        put("output.weight".into(), &imp.output);
+    } else if cat.tied_embeddings {
+        put("token_embd.weight".into(), &imp.output);
+    }
+    Ok(Ok(Estimate { by_name }))
+}
