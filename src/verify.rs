@@ -102,7 +102,11 @@ impl Outcome {
                         r.push(format!("{} differs from scalar", i.isa));
                     }
                     if i.gemm_identical == Some(false) {
-                        r.push(format!("{}: the GEMM (M = 2) differs from the GEMV", i.isa));
+                        r.push(format!(
+                            "{}: the GEMM (M = {}) differs from the GEMV",
+                            i.isa,
+                            kernel_check::check::gemm_rows(i.isa)
+                        ));
                     }
                     if !i.exact.pass() {
                         r.push(format!(
@@ -577,7 +581,8 @@ pub fn files_json(outcomes: &[Outcome]) -> Vec<serde_json::Value> {
                     "e2e_rel_l2": num(i.e2e.rel_l2),
                     "e2e_max_abs": num(i.e2e.max_abs),
                     "identical_to_scalar": i.identical_to_scalar,
-                    "gemm_m2_identical": i.gemm_identical,
+                    "gemm_identical": i.gemm_identical,
+                    "gemm_rows": kernel_check::check::gemm_rows(i.isa),
                     "error": i.error,
                     "pass": i.pass(),
                 })).collect::<Vec<_>>()).unwrap_or_default(),

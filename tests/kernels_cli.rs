@@ -112,7 +112,7 @@ fn every_fixture_conversion_verifies() {
             for x in results {
                 assert_eq!(x["pass"], true, "{f}: {x}");
                 // The M > 1 case ran and matched the GEMV on this tier.
-                assert_eq!(x["gemm_m2_identical"], true, "{f}: {x}");
+                assert_eq!(x["gemm_identical"], true, "{f}: {x}");
                 if x["isa"] != "scalar" {
                     assert_eq!(x["identical_to_scalar"], true, "{f}: {x}");
                 }

@@ -42,7 +42,9 @@ def main():
         elif r[0] == "gemv":
             best(ours_gemv, (ty, layout, int(r[2]), int(r[3]), int(r[4])), [float(x) for x in r[5:8]])
         else:
-            best(ours_gemm, (ty, layout, int(r[2]), int(r[3]), int(r[4])), [float(x) for x in r[6:8]])
+            # gemm LAYOUT N K M THREADS GEMM GEMVS [ISA]
+            isa = r[8] if len(r) > 8 else "?"
+            best(ours_gemm, (ty, layout, int(r[2]), int(r[3]), int(r[4]), int(r[5]), isa), [float(x) for x in r[6:8]])
     for r in records(run / "ggml.tsv"):
         ty = r[1].upper()
         if r[0] == "kernel":
@@ -50,7 +52,8 @@ def main():
         elif r[0] == "gemv":
             best(ggml_gemv, (ty, int(r[2]), int(r[3]), int(r[4])), [float(x) for x in r[5:8]])
         else:
-            best(ggml_gemm, (ty, int(r[2]), int(r[3]), int(r[4])), [float(r[6])])
+            # gemm TYPE N K M THREADS GFs
+            best(ggml_gemm, (ty, int(r[2]), int(r[3]), int(r[4]), int(r[5])), [float(r[6])])
 
     print("machine: " + "; ".join(f"{k} {v}" for k, v in machine.items()))
     print()
@@ -123,25 +126,65 @@ def main():
             kernel.append(entry)
 
     gemm = []
+    ms = [1, 16, 64]
+    shape_key = lambda nk: (nk[0] * nk[1], nk[0])
     if ours_gemm:
         print()
-        print("GEMM GF/s (2 M N K per call), hot, 2 threads: ours Gemv::gemm / ggml mul_mat (ratio)")
+        print(
+            "GEMM GF/s (2 M N K per call), hot, best pass: ours Gemv::gemm (its multi-row kernels) / "
+            "ggml mul_mat of the same type (ratio); [ours through M separate GEMVs]"
+        )
         print()
-        print("| layout | NxK | M=1 | M=16 | M=64 |")
-        print("|---|---|---:|---:|---:|")
-        shapes = sorted({(n, k) for (_, _, n, k, _) in ours_gemm}, key=lambda s: s[0] * s[1])
-        for ty, lay in sorted({(a, b) for (a, b, _, _, _) in ours_gemm}):
-            if not any((ty, n, k, 1) in ggml_gemm for n, k in shapes):
-                continue  # no ggml counterpart (CQ4 panels)
-            for n, k in shapes:
-                row = [f"{ty} {lay}", f"{n}x{k}"]
-                for m in [1, 16, 64]:
-                    o, g = ours_gemm.get((ty, lay, n, k, m)), ggml_gemm.get((ty, n, k, m))
-                    if o and g:
-                        row.append(f"{o[0]:.1f} / {g[0]:.1f} ({o[0] / g[0]:.2f}x)")
-                        gemm.append({"type": ty, "layout": lay, "n": n, "k": k, "m": m, "ours_gemm": o[0], "ours_gemvs": o[1], "ggml": g[0]})
-                    else:
+        print("| layout | tier | thr | NxK | " + " | ".join(f"M={m}" for m in ms) + " |")
+        print("|---|---|---|---|" + "---:|" * len(ms))
+        for (ty, lay, n, k, t, isa) in sorted(
+            {(a, b, n, k, t, i) for (a, b, n, k, _, t, i) in ours_gemm if not a.startswith("CQ4")},
+            key=lambda v: (v[0], v[1], v[5], v[4], shape_key((v[2], v[3]))),
+        ):
+            row = [f"{ty} {lay}", isa, str(t), f"{n}x{k}"]
+            for m in ms:
+                o, g = ours_gemm.get((ty, lay, n, k, m, t, isa)), ggml_gemm.get((ty, n, k, m, t))
+                if o and g:
+                    row.append(f"{o[0]:.1f} / {g[0]:.1f} ({o[0] / g[0]:.2f}x) [{o[1]:.1f}]")
+                elif o:
+                    row.append(f"{o[0]:.1f} / - [{o[1]:.1f}]")
+                else:
+                    row.append("-")
+                if o:
+                    gemm.append({"type": ty, "layout": lay, "isa": isa, "threads": t, "n": n, "k": k, "m": m,
+                                 "ours_gemm": o[0], "ours_gemvs": o[1], "ggml": g[0] if g else None})
+            print("| " + " | ".join(row) + " |")
+        cq4 = sorted(
+            {(n, k, t, i) for (a, _, n, k, _, t, i) in ours_gemm if a.startswith("CQ4")},
+            key=lambda v: (v[3], v[2], shape_key((v[0], v[1]))),
+        )
+        if cq4:
+            print()
+            print(
+                "CQ4 panel GEMM (Hadamard), GF/s, per tier: ours Gemv::gemm [ours through M GEMVs] "
+                "| ggml Q4_0 / Q4_K mul_mat on the same shape and threads (ours / ggml)"
+            )
+            print()
+            print("| tier | thr | NxK | " + " | ".join(f"M={m}" for m in ms) + " |")
+            print("|---|---|---|" + "---:|" * len(ms))
+            for (n, k, t, isa) in cq4:
+                row = [isa, str(t), f"{n}x{k}"]
+                for m in ms:
+                    o = ours_gemm.get(("CQ4", "panels (Hadamard)", n, k, m, t, isa))
+                    if not o:
                         row.append("-")
+                        continue
+                    cell = f"{o[0]:.1f} [{o[1]:.1f}]"
+                    ref = {}
+                    for gty in ["Q4_0", "Q4_K"]:
+                        g = ggml_gemm.get((gty, n, k, m, t))
+                        if g:
+                            ref[gty] = g[0]
+                            cell += f" \\| {gty} {g[0]:.1f} ({o[0] / g[0]:.2f}x)"
+                    row.append(cell)
+                    gemm.append({"type": "CQ4", "layout": "panels (Hadamard)", "isa": isa, "threads": t, "n": n, "k": k,
+                                 "m": m, "ours_gemm": o[0], "ours_gemvs": o[1],
+                                 "ggml_q4_0": ref.get("Q4_0"), "ggml_q4_k": ref.get("Q4_K")})
                 print("| " + " | ".join(row) + " |")
 
     out_json.write_text(json.dumps({"machine": machine, "target": TARGET, "gemv": cells, "summary": summary, "misses": misses, "kernel": kernel, "gemm": gemm}, indent=1) + "\n")

@@ -50,8 +50,9 @@ pub struct IsaCheck {
     pub e2e: ErrorStats,
     /// Bit-identical to the scalar tier (when the scalar tier ran).
     pub identical_to_scalar: Option<bool>,
-    /// The GEMM (`M = 2`, both rows of `X` the check's activations) gave
-    /// the GEMV's bits in both rows of `Y` (`None` when the GEMV failed).
+    /// The GEMM ([`gemm_rows`] rows of `X`: the check's activations and
+    /// their negation, alternating) gave the GEMV's bits (negated in the
+    /// odd rows) in every row of `Y` (`None` when the GEMV failed).
     pub gemm_identical: Option<bool>,
     /// Kernel error, if the call failed.
     pub error: Option<String>,
@@ -197,20 +198,7 @@ fn check_scoped(bytes: &[u8], isas: &[Isa], scope: Scope) -> FileCheck {
         return fc;
     }
     let x = activations(g.cols());
-    match &m {
-        Matrix::Ggml(gm) => {
-            fc.kind = format!("{} {}", gm.format().ggml_type(), gm.layout().name());
-        }
-        Matrix::Float(fm) => {
-            fc.kind = format!("{:?}", fm.float_type()).to_uppercase();
-        }
-        Matrix::Panel(pm) => {
-            fc.kind = match pm.family() {
-                RotationFamily::Hadamard => "CQ4 hadamard".into(),
-                RotationFamily::Orthogonal => "CQ4 orthogonal".into(),
-            };
-        }
-    }
+    fc.kind = m.kind();
     let r = match reference_with(&m, &x, e2e) {
         Ok(r) => r,
         Err(e) => {
@@ -574,22 +562,59 @@ fn run_tiers(
     }
 }
 
-/// The M > 1 case: a GEMM of `X = [x; x]` on `isa` must give `y` (the
-/// GEMV's result) in both rows, bit for bit (kernels' `Gemv::gemm`
-/// contract); an error counts as a mismatch.
+/// Rows of the GEMM [`check_container`] runs per file on a tier with
+/// multi-row kernels: a 16-row tile of the SME2 kernel plus one, so also
+/// 4 / 8-row runs of the AVX2 / NEON kernels and their tails, and the
+/// multi-row path of every ggml format.
+pub const GEMM_ROWS: usize = 17;
+
+/// Rows of that GEMM on a tier without multi-row kernels (`scalar`,
+/// `avx512`), whose GEMM is the GEMV per row: enough for the driver.
+pub const GEMM_ROWS_PER_ROW_TIERS: usize = 2;
+
+/// The GEMM rows [`check_container`] runs on `isa`.
+pub fn gemm_rows(isa: Isa) -> usize {
+    match kernels::dispatch::kernels(isa) {
+        Ok(k) if k.has_gemm() => GEMM_ROWS,
+        _ => GEMM_ROWS_PER_ROW_TIERS,
+    }
+}
+
+/// The M > 1 case: a GEMM of the [`gemm_rows`] rows `x, -x, x, -x, ..`
+/// on `isa` must give `y` (the GEMV's result) in the even rows and `-y`
+/// in the odd ones, bit for bit but for the sign of zeros (kernels'
+/// `Gemv::gemm` contract: row `i` is the GEMV of row `i`). Negation is
+/// exact through every activation quantizer (Q8_0 and Q8_K scales change
+/// sign, CQ4 rotations and the round-half-even group quantizer are odd
+/// functions) and every f32 operation after it, so a correct kernel
+/// always passes; a kernel that mixes up rows, or tiles, fails. A zero
+/// sum is +0.0 for `x` and `-x` alike, hence the sign exception. An error
+/// counts as a mismatch.
 fn gemm_matches(mats: &[&dyn Gemv], x: &[f32], y: &[f32], isa: Isa, ws: &mut Workspace) -> bool {
-    let x2 = [x, x].concat();
+    let rows = gemm_rows(isa);
+    let neg: Vec<f32> = x.iter().map(|v| -v).collect();
+    let xs: Vec<f32> = (0..rows)
+        .flat_map(|i| if i % 2 == 0 { x } else { &neg[..] })
+        .copied()
+        .collect();
     let mut at = 0;
     for m in mats {
         let n = m.rows();
-        let mut y2 = vec![0f32; 2 * n];
-        if m.gemm(2, &x2, &mut y2, ws, Exec::new(isa, true)).is_err() {
+        let mut ys = vec![0f32; rows * n];
+        if m.gemm(rows, &xs, &mut ys, ws, Exec::new(isa, true))
+            .is_err()
+        {
             return false;
         }
         let want = &y[at..at + n];
-        let same = |h: &[f32]| h.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits());
-        if !(same(&y2[..n]) && same(&y2[n..])) {
-            return false;
+        for (i, row) in ys.chunks_exact(n).enumerate() {
+            let same = row.iter().zip(want).all(|(&a, &b)| {
+                let a = if i % 2 == 0 { a } else { -a };
+                a.to_bits() == b.to_bits() || (a == 0.0 && b == 0.0)
+            });
+            if !same {
+                return false;
+            }
         }
         at += n;
     }
@@ -767,6 +792,71 @@ mod tests {
             // Not this tensor's source.
             let fc = check_sidecar_copy(&b, &src[..src.len() - 36], &[Isa::Scalar]);
             assert!(!fc.pass());
+        }
+    }
+
+    /// A matrix whose GEMM swaps output rows `a` and `b` of `Y` (a kernel
+    /// that mixed up activation rows).
+    struct Swapped<'a> {
+        inner: &'a dyn Gemv,
+        a: usize,
+        b: usize,
+    }
+
+    impl Gemv for Swapped<'_> {
+        fn dims(&self) -> kernels::Dims {
+            self.inner.dims()
+        }
+        fn gemm_sized(
+            &self,
+            m: usize,
+            x: &[f32],
+            y: &mut [f32],
+            ws: &mut Workspace,
+            exec: Exec,
+        ) -> kernels::GemvResult {
+            self.inner.gemm(m, x, y, ws, exec)?;
+            let n = self.rows();
+            if m > self.a.max(self.b) {
+                for c in 0..n {
+                    y.swap(self.a * n + c, self.b * n + c);
+                }
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_gemm_check_passes_a_correct_matrix_and_catches_mixed_rows() {
+        use kernels::{FloatMatrix, FloatType};
+        let (n, k) = (5, 40);
+        let w: Vec<u8> = (0..n * k)
+            .flat_map(|i| ((i % 7) as f32 - 3.0).to_le_bytes())
+            .collect();
+        let mat = FloatMatrix::new(FloatType::F32, n, k, &w).unwrap();
+        let x = activations(k);
+        let mut ws = Workspace::new();
+        let mut y = vec![0f32; n];
+        mat.gemv(&x, &mut y, &mut ws, Exec::new(Isa::Scalar, false))
+            .unwrap();
+        assert_eq!(gemm_rows(Isa::Scalar), GEMM_ROWS_PER_ROW_TIERS);
+        for isa in kernels::available() {
+            let rows = gemm_rows(isa);
+            assert!(gemm_matches(&[&mat], &x, &y, isa, &mut ws), "{isa}");
+            // Rows of opposite sign swapped are caught; rows of the same
+            // sign (both x, or both -x) are the same values, so they are not.
+            let mut cases = vec![(0, 1, true)];
+            if rows == GEMM_ROWS {
+                cases.extend([(4, 15, true), (0, 2, false), (3, 5, false)]);
+            }
+            for (a, b, caught) in cases {
+                let s = Swapped { inner: &mat, a, b };
+                assert_eq!(
+                    gemm_matches(&[&s], &x, &y, isa, &mut ws),
+                    !caught,
+                    "{isa}: rows {a} and {b}"
+                );
+            }
         }
     }
 

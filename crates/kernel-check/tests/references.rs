@@ -191,3 +191,59 @@ fn embedding_rows_match_qdq() {
         }
     }
 }
+
+/// GEMM rows against the f64 references: each row of an M = 19 GEMM of
+/// distinct Gaussian rows (a 16-row tile plus a tail, runs of 4 / 8 rows
+/// plus tails), on every tier, is within the exact bound of its own row's
+/// reference and within the end-to-end oracle bound; the same row held to
+/// another row's reference fails, so the check would catch mixed-up rows.
+#[test]
+fn gemm_rows_within_the_exact_bound_of_their_own_rows() {
+    use kernel_check::reference::{compare_exact, reference};
+    use kernels::{Exec, Matrix, Workspace};
+    const M: usize = 19;
+    let check = |what: &str, m: &Matrix<'_>| {
+        let g = m.as_gemv();
+        let k = g.cols();
+        let rows: Vec<Vec<f32>> = (0..M).map(|i| gaussian(900 + i as u64, k)).collect();
+        let refs: Vec<_> = rows.iter().map(|x| reference(m, x).unwrap()).collect();
+        let xs: Vec<f32> = rows.concat();
+        let mut ws = Workspace::new();
+        for isa in available() {
+            let mut ys = vec![0f32; M * g.rows()];
+            g.gemm(M, &xs, &mut ys, &mut ws, Exec::new(isa, true))
+                .unwrap();
+            for (i, (y, r)) in ys.chunks_exact(g.rows()).zip(&refs).enumerate() {
+                let st = compare_exact(y, r);
+                assert!(st.pass(), "{what} {isa} row {i}: {st:?}");
+                let e2e = compare(y, &r.e2e);
+                assert!(e2e.rel_l2 <= 0.05, "{what} {isa} row {i}: {e2e:?}");
+            }
+            let other = compare_exact(&ys[g.rows()..2 * g.rows()], &refs[0]);
+            assert!(
+                !other.pass(),
+                "{what} {isa}: row 1 passed row 0's reference"
+            );
+        }
+    };
+    for (format, layout, n) in [
+        (QuantFormat::Q4K, RowLayout::Interleaved(8), 37),
+        (QuantFormat::Q6K, RowLayout::RowMajor, 20),
+        (QuantFormat::Q8_0, RowLayout::Interleaved(4), 21),
+        (QuantFormat::Q4_0, RowLayout::Interleaved(8), 16),
+        (QuantFormat::Iq4Xs, RowLayout::Interleaved(8), 9),
+    ] {
+        let k = 512;
+        let plain = ggml_plain(format, n, k, 41);
+        let data = in_layout(format, n, k, &plain, layout);
+        let m = GgmlMatrix::new(format, layout, n, k, data.as_slice()).unwrap();
+        check(&format!("{format:?} {layout:?}"), &Matrix::Ggml(m));
+    }
+    for (family, n, k) in [(Family::Hadamard, 130, 512), (Family::Orthogonal, 70, 256)] {
+        let (blob, panels, kp) = cq4_tensor(family, n, k, 43);
+        let m = PanelMatrix::new(
+            kernels::PanelView::parse(family, n, kp, &blob, panels.as_slice()).unwrap(),
+        );
+        check(&format!("CQ4 {family:?}"), &Matrix::Panel(Box::new(m)));
+    }
+}

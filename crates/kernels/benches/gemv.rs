@@ -7,27 +7,36 @@
 //! from DRAM as in LLM decoding. "Hot": the same matrix over and over (it
 //! may sit in L2/L3), which shows the kernel's compute ceiling.
 //!
-//! Then the GEMM table (`Y[M x N] = X[M x K] W^T`, hot, 2 threads): GF/s
-//! (`2 M N K` per call) of [`Gemv::gemm`] against `M` separate GEMVs,
-//! M = 1 / 16 / 64 (same bits by construction; the GEMM streams each weight
-//! group once for all M rows).
+//! Then the GEMM table (`Y[M x N] = X[M x K] W^T`, hot): GF/s (`2 M N K`
+//! per call) of [`Gemv::gemm`] (the multi-row kernels) against `M`
+//! separate GEMVs, M = 1 / 16 / 64 (same bits by construction), per tier
+//! and thread count ([`gemm_table`]).
 //!
-//! `cargo bench -p kernels --bench gemv` (env `GEMV_BENCH_QUICK=1` for a
-//! short run, `GEMV_BENCH_ISA=avx2` to pick a tier; default: the best;
-//! `GEMV_BENCH_ONLY_GEMM=1` skips the GEMV tables; `GEMV_BENCH_SHAPE=NxK,..`
-//! only those shapes; `GEMV_BENCH_LAYOUT=A,B` only the layouts whose name contains
-//! one of the comma-separated strings; `GEMV_BENCH_TSV=FILE` also appends
-//! every cell to FILE as tab-separated records, read by
-//! `scripts/bench-gemv-vs-ggml`:
-//! `gemv LAYOUT N K THREADS HOT COLD BW` and `gemm LAYOUT N K M THREADS GEMM_GFs GEMVS_GFs`;
-//! `GEMV_BENCH_THREADS=1,2` the thread counts (default 1 and 2);
-//! `GEMV_BENCH_OUTSIDE=1` each GEMV call enters the rayon pool from the
-//! main thread (default: the timing loop runs on a pool thread, which
-//! makes the calls, as ggml's bench thread is its pool's worker 0);
-//! `GEMV_BENCH_HOT_ONLY=1` only the hot GEMV cells, no GEMM table;
-//! `GEMV_BENCH_KERNEL=1` only the group kernels on L1-resident data
-//! (records `kernel LAYOUT K GBs`);
-//! `GEMV_BENCH_NO_GEMM=1` no GEMM table).
+//! `cargo bench -p kernels --bench gemv`. Environment:
+//! - `GEMV_BENCH_QUICK=1`: short passes;
+//! - `GEMV_BENCH_ISA=avx2`: the tier (default: the best);
+//! - `GEMV_BENCH_ONLY_GEMM=1`: only the GEMM table;
+//! - `GEMV_BENCH_NO_GEMM=1`: no GEMM table;
+//! - `GEMV_BENCH_KERNEL=1`: only the group kernels on L1-resident data
+//!   (records `kernel LAYOUT K GBs`);
+//! - `GEMV_BENCH_HOT_ONLY=1`: only the hot GEMV cells, no GEMM table;
+//! - `GEMV_BENCH_OUTSIDE=1`: each GEMV call enters the rayon pool from the
+//!   main thread (default: the timing loop runs on a pool thread, which
+//!   makes the calls, as ggml's bench thread is its pool's worker 0);
+//! - `GEMV_BENCH_SHAPE=NxK,..`: only those shapes;
+//! - `GEMV_BENCH_LAYOUT=A,B`: only the layouts whose name contains one of
+//!   the comma-separated strings;
+//! - `GEMV_BENCH_THREADS=1,2`: the thread counts (GEMV default 1 and 2,
+//!   GEMM default 2);
+//! - GEMM table only: `GEMV_BENCH_GEMM_ISAS=scalar,avx2` (default: the
+//!   tier), `GEMV_BENCH_M=16,64`, `GEMV_BENCH_CLOCK=thread` (1-thread
+//!   cells timed by the thread's CPU time: a loaded machine's waits are
+//!   not charged);
+//! - `GEMV_BENCH_TSV=FILE`: also append every cell to FILE as
+//!   tab-separated records, read by `scripts/bench-gemv-vs-ggml`:
+//!   `gemv LAYOUT N K THREADS HOT COLD BW`,
+//!   `gemm LAYOUT N K M THREADS GEMM_GFs GEMVS_GFs ISA` and
+//!   `kernel LAYOUT K GBs`.
 
 use std::hint::black_box;
 use std::io::Write;
@@ -149,6 +158,42 @@ fn measure_for(bytes: usize, budget: Duration, pass: &mut dyn FnMut()) -> f64 {
         rates.push(bytes as f64 / t.elapsed().as_secs_f64() / 1e9);
     }
     rates.into_iter().fold(0.0, f64::max)
+}
+
+/// CPU seconds this thread has run (`CLOCK_THREAD_CPUTIME_ID`): time spent
+/// waiting for a core is not counted.
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    ts.tv_sec as f64 + 1e-9 * ts.tv_nsec as f64
+}
+
+/// [`measure_for`] timed by this thread's CPU time (for single-threaded
+/// passes on a shared machine: a pass preempted by other processes is not
+/// charged for the wait; cache and memory interference still count).
+fn measure_cpu(bytes: usize, budget: Duration, pass: &mut dyn FnMut()) -> f64 {
+    pass();
+    let start = Instant::now();
+    let mut best = 0f64;
+    let mut n = 0;
+    while n < 3 || (start.elapsed() < budget && n < 200) {
+        let t = thread_cpu_seconds();
+        pass();
+        best = best.max(bytes as f64 / (thread_cpu_seconds() - t) / 1e9);
+        n += 1;
+    }
+    best
+}
+
+/// `GEMV_BENCH_CLOCK=thread`: single-threaded GEMM cells are timed by the
+/// thread's CPU time ([`measure_cpu`]) instead of the wall clock.
+fn thread_clock() -> bool {
+    std::env::var("GEMV_BENCH_CLOCK").is_ok_and(|c| c == "thread")
 }
 
 /// The read-bandwidth probe: an f32 sum over `COLD_BYTES`.
@@ -385,6 +430,29 @@ fn bench_case(
     Some(out)
 }
 
+/// `GEMV_BENCH_SHAPE=NxK[,NxK..]` if set (any N, K), else `default`.
+fn shapes_from_env(default: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    std::env::var("GEMV_BENCH_SHAPE")
+        .ok()
+        .and_then(|f| {
+            f.split(',')
+                .map(|s| {
+                    let (n, k) = s.split_once('x')?;
+                    Some((n.parse().ok()?, k.parse().ok()?))
+                })
+                .collect::<Option<Vec<_>>>()
+        })
+        .unwrap_or_else(|| default.to_vec())
+}
+
+/// Whether `GEMV_BENCH_LAYOUT` (comma-separated parts of layout names)
+/// selects `layout` (everything when unset).
+fn layout_wanted(layout: Layout) -> bool {
+    std::env::var("GEMV_BENCH_LAYOUT")
+        .ok()
+        .is_none_or(|f| f.split(',').any(|p| layout.name().contains(p)))
+}
+
 fn main() {
     // Ignore the arguments cargo passes (`--bench`).
     let isa = std::env::var("GEMV_BENCH_ISA")
@@ -436,21 +504,7 @@ fn main() {
         COLD_BYTES >> 20,
         per_thread(&mut bw.iter().copied())
     );
-    let all_shapes = [(2048, 2048), (8192, 2048), (2048, 8192), (262144, 640)];
-    let shape_filter = std::env::var("GEMV_BENCH_SHAPE").ok();
-    // GEMV_BENCH_SHAPE=NxK[,NxK..] runs those shapes only (any N, K).
-    let shapes: Vec<(usize, usize)> = match shape_filter.as_deref().and_then(|f| {
-        f.split(',')
-            .map(|s| {
-                let (n, k) = s.split_once('x')?;
-                Some((n.parse().ok()?, k.parse().ok()?))
-            })
-            .collect::<Option<Vec<_>>>()
-    }) {
-        Some(s) => s,
-        None => all_shapes.to_vec(),
-    };
-    let layout_filter = std::env::var("GEMV_BENCH_LAYOUT").ok();
+    let shapes = shapes_from_env(&[(2048, 2048), (8192, 2048), (2048, 8192), (262144, 640)]);
     let mut layouts = vec![
         Layout::Panel(Family::Hadamard),
         Layout::Panel(Family::Orthogonal),
@@ -471,10 +525,7 @@ fn main() {
     type Cells = Vec<Option<Vec<Cell>>>;
     let mut rows: Vec<(String, Cells)> = Vec::new();
     for layout in layouts {
-        if layout_filter
-            .as_ref()
-            .is_some_and(|f| !f.split(',').any(|p| layout.name().contains(p)))
-        {
+        if !layout_wanted(layout) {
             continue;
         }
         let cells: Cells = shapes
@@ -557,54 +608,63 @@ fn main() {
     gemm_table(isa);
 }
 
-/// GF/s of `Gemv::gemm` and of `M` GEMVs, hot, 2 threads.
+/// A comma-separated list from the environment variable `var`, each item
+/// parsed, or `default` when it is unset (or does not parse).
+fn list_env<T: std::str::FromStr>(var: &str, default: Vec<T>) -> Vec<T> {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.split(',').map(|m| m.trim().parse().ok()).collect())
+        .unwrap_or(default)
+}
+
+/// The GEMM table: GF/s (`2 M N K` per call) of `Gemv::gemm` and of `M`
+/// separate GEMVs (the GEMV path), hot, per tier (`GEMV_BENCH_GEMM_ISAS`,
+/// default: the bench's tier), thread count (`GEMV_BENCH_THREADS`, default
+/// 2), shape (`GEMV_BENCH_SHAPE`, default the engine's 1024x1024 and the
+/// issue's 2048x2048, 8192x2048, 2048x8192) and `M` (`GEMV_BENCH_M`,
+/// default 1, 16, 64). One-thread cells are timed by the thread's CPU
+/// clock with `GEMV_BENCH_CLOCK=thread`.
 fn gemm_table(isa: Isa) {
-    let runner = Runner::new(2);
-    let shapes = [(2048usize, 2048usize), (8192, 2048)];
-    let ms = [1usize, 16, 64];
+    let isas: Vec<Isa> = list_env::<String>("GEMV_BENCH_GEMM_ISAS", vec![isa.name().into()])
+        .iter()
+        .filter_map(|n| Isa::from_name(n))
+        .filter(|i| i.is_available())
+        .collect();
+    let threads: Vec<usize> = list_env("GEMV_BENCH_THREADS", vec![2]);
+    let shapes = shapes_from_env(&[(1024, 1024), (2048, 2048), (8192, 2048), (2048, 8192)]);
+    let ms: Vec<usize> = list_env("GEMV_BENCH_M", vec![1, 16, 64]);
+    let clock = if thread_clock() {
+        "1-thread cells by thread CPU time"
+    } else {
+        "wall clock"
+    };
     println!();
-    println!("GEMM GF/s (2 M N K per call), hot, 2 threads, {isa}: Gemv::gemm / M separate GEMVs");
+    println!(
+        "GEMM GF/s (2 M N K per call), hot, best pass ({clock}): Gemv::gemm / M separate GEMVs"
+    );
     println!();
-    print!("| layout | NxK |");
-    for m in ms {
+    print!("| layout | tier | threads | NxK |");
+    for m in &ms {
         print!(" M={m} |");
     }
     println!();
-    println!("|---|---|{}", "---|".repeat(ms.len()));
-    let layouts = [
+    println!("|---|---|---|---|{}", "---|".repeat(ms.len()));
+    let layouts: Vec<Layout> = [
         Layout::Panel(Family::Hadamard),
         Layout::Ggml(QuantFormat::Q8_0, RowLayout::Interleaved(8)),
         Layout::Ggml(QuantFormat::Q4_0, RowLayout::Interleaved(8)),
+        Layout::Ggml(QuantFormat::Q4_0, RowLayout::RowMajor),
         Layout::Ggml(QuantFormat::Q4K, RowLayout::Interleaved(8)),
         Layout::Ggml(QuantFormat::Q4K, RowLayout::RowMajor),
-    ];
+        Layout::Ggml(QuantFormat::Q6K, RowLayout::Interleaved(8)),
+    ]
+    .into_iter()
+    .filter(|l| layout_wanted(*l))
+    .collect();
     for layout in layouts {
         for &(n, k) in &shapes {
-            let (blob, data) = match layout {
-                Layout::Panel(fam) => {
-                    let (b, p) = panel_bytes(fam, n, k);
-                    (b, AlignedBytes::copy_of(&p))
-                }
-                Layout::Ggml(f, l) => {
-                    let plain = ggml_bytes(f, n, k);
-                    let d = match l {
-                        RowLayout::RowMajor => plain,
-                        RowLayout::Interleaved(fac) => {
-                            let mut out = vec![0u8; plain.len()];
-                            interleave::repack(
-                                &plain,
-                                n,
-                                plain.len() / n,
-                                f.block_bytes(),
-                                fac,
-                                &mut out,
-                            )
-                            .unwrap();
-                            out
-                        }
-                    };
-                    (Vec::new(), AlignedBytes::copy_of(&d))
-                }
+            let Some((blob, data)) = gemm_matrix_bytes(layout, n, k) else {
+                continue;
             };
             let mat: Box<dyn Gemv> = match layout {
                 Layout::Ggml(f, l) => {
@@ -614,42 +674,11 @@ fn gemm_table(isa: Isa) {
                     kernels::PanelView::parse(fam, n, k, &blob, data.as_slice()).unwrap(),
                 )),
             };
-            print!("| {} | {n}x{k} |", layout.name());
-            for m in ms {
-                let x = gaussian(11, m * k);
-                let mut y = vec![0f32; m * n];
-                let mut ws = Workspace::new();
-                let flops = 2 * m * n * k;
-                // `measure` reports "GB/s" of the byte count it is given:
-                // given flops, it reports GF/s.
-                let gemm = measure(flops, || {
-                    runner.run(|par| {
-                        mat.gemm(m, &x, &mut y, &mut ws, Exec::new(isa, par))
-                            .unwrap()
-                    });
-                    black_box(&y);
-                });
-                let gemvs = measure(flops, || {
-                    runner.run(|par| {
-                        for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
-                            mat.gemv(xr, yr, &mut ws, Exec::new(isa, par)).unwrap();
-                        }
-                    });
-                    black_box(&y);
-                });
-                print!(" {gemm:.1} / {gemvs:.1} |");
-                tsv(&[
-                    "gemm".into(),
-                    layout.name(),
-                    n.to_string(),
-                    k.to_string(),
-                    m.to_string(),
-                    "2".into(),
-                    format!("{gemm:.2}"),
-                    format!("{gemvs:.2}"),
-                ]);
+            for &tier in &isas {
+                for &t in &threads {
+                    gemm_row(mat.as_ref(), layout, tier, t, &ms);
+                }
             }
-            println!();
         }
     }
 }
@@ -736,4 +765,85 @@ fn kernel_table(isa: Isa) {
             tsv(&["kernel".into(), name, k.to_string(), format!("{rate:.2}")]);
         }
     }
+}
+
+/// The bytes of an `n x k` matrix in `layout` for the GEMM table: (scales
+/// blob, data), or `None` when the shape does not fit the format.
+fn gemm_matrix_bytes(layout: Layout, n: usize, k: usize) -> Option<(Vec<u8>, AlignedBytes)> {
+    match layout {
+        Layout::Panel(fam) => {
+            if !k.is_multiple_of(128) {
+                return None;
+            }
+            let (b, p) = panel_bytes(fam, n, k);
+            Some((b, AlignedBytes::copy_of(&p)))
+        }
+        Layout::Ggml(f, l) => {
+            if !k.is_multiple_of(f.block_weights()) {
+                return None;
+            }
+            let plain = ggml_bytes(f, n, k);
+            let d = match l {
+                RowLayout::RowMajor => plain,
+                RowLayout::Interleaved(fac) => {
+                    let mut out = vec![0u8; plain.len()];
+                    interleave::repack(&plain, n, plain.len() / n, f.block_bytes(), fac, &mut out)
+                        .unwrap();
+                    out
+                }
+            };
+            Some((Vec::new(), AlignedBytes::copy_of(&d)))
+        }
+    }
+}
+
+/// One row of the GEMM table: every `M` of `ms` on `isa` with `threads`.
+fn gemm_row(mat: &dyn Gemv, layout: Layout, isa: Isa, threads: usize, ms: &[usize]) {
+    let (n, k) = (mat.rows(), mat.cols());
+    let runner = Runner::new(threads);
+    print!("| {} | {isa} | {threads} | {n}x{k} |", layout.name());
+    for &m in ms {
+        let x = gaussian(11, m * k);
+        let mut y = vec![0f32; m * n];
+        let mut ws = Workspace::new();
+        let flops = 2 * m * n * k;
+        // `measure_*` report "GB/s" of the unit count given: given flops,
+        // they report GF/s.
+        let timer = |units: usize, pass: &mut dyn FnMut()| {
+            let budget = Duration::from_millis(if quick() { 300 } else { 1500 });
+            if threads == 1 && thread_clock() {
+                measure_cpu(units, budget, pass)
+            } else {
+                measure_for(units, budget, pass)
+            }
+        };
+        let gemm = timer(flops, &mut || {
+            runner.run(|par| {
+                mat.gemm(m, &x, &mut y, &mut ws, Exec::new(isa, par))
+                    .unwrap()
+            });
+            black_box(&y);
+        });
+        let gemvs = timer(flops, &mut || {
+            runner.run(|par| {
+                for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
+                    mat.gemv(xr, yr, &mut ws, Exec::new(isa, par)).unwrap();
+                }
+            });
+            black_box(&y);
+        });
+        print!(" {gemm:.1} / {gemvs:.1} |");
+        tsv(&[
+            "gemm".into(),
+            layout.name(),
+            n.to_string(),
+            k.to_string(),
+            m.to_string(),
+            threads.to_string(),
+            format!("{gemm:.2}"),
+            format!("{gemvs:.2}"),
+            isa.name().into(),
+        ]);
+    }
+    println!();
 }

@@ -210,6 +210,145 @@ impl<'a> Cq4Act<'a> {
     }
 }
 
+/// Activation rows per tile of [`Cq4Rows::packed`]: the `smopa` operand
+/// of the SME2 GEMM (16 rows x 4 columns = one 512-bit vector per
+/// 4-column step); the other tiers read it too.
+pub const CQ4_TILE_ROWS: usize = 16;
+
+/// The quantized CQ4 activations of `m` rows of `X`, as the GEMM kernels
+/// read them: each row exactly as a GEMV quantizes it ([`Cq4Act`]: `q`,
+/// per-group `scale` and `qsum`), plus `packed`, the same quants
+/// interleaved for outer products: tiles of [`CQ4_TILE_ROWS`] rows, and in
+/// a tile, for each 4-column step `s = k / 4` (in `0..Kp / 4`), the 4
+/// quants of row 0, then of row 1, ..:
+///
+/// ```text
+/// packed[((t * Kp / 4) + s) * 64 + 4 r + c] = q[16 t + r][4 s + c]   (0 for rows >= m)
+/// ```
+///
+/// Built by [`Cq4Rows::pack`] from the row-major quants.
+#[derive(Debug, Clone, Copy)]
+pub struct Cq4Rows<'a> {
+    m: usize,
+    kp: usize,
+    q: &'a [i8],
+    scale: &'a [f32],
+    qsum: &'a [i32],
+    packed: &'a [i8],
+}
+
+impl<'a> Cq4Rows<'a> {
+    /// Bytes of `packed` for `m` rows of `kp` quants.
+    pub fn packed_len(m: usize, kp: usize) -> usize {
+        m.div_ceil(CQ4_TILE_ROWS) * CQ4_TILE_ROWS * kp
+    }
+
+    /// Interleave `q` (`m` rows of `kp` quants, row-major) into `packed`
+    /// ([`Cq4Rows::packed_len`] bytes), the layout of the type docs.
+    pub fn pack(m: usize, kp: usize, q: &[i8], packed: &mut [i8]) -> Result<(), KernelError> {
+        crate::error::check_len("q (m x Kp)", m * kp, q.len())?;
+        crate::error::check_len("packed", Self::packed_len(m, kp), packed.len())?;
+        if !kp.is_multiple_of(4) {
+            return Err(KernelError::Shape(format!(
+                "Kp = {kp} is not a multiple of 4"
+            )));
+        }
+        for (t, tile) in packed.chunks_exact_mut(CQ4_TILE_ROWS * kp).enumerate() {
+            for (s, step) in tile.chunks_exact_mut(4 * CQ4_TILE_ROWS).enumerate() {
+                for (r, quad) in step.chunks_exact_mut(4).enumerate() {
+                    let i = t * CQ4_TILE_ROWS + r;
+                    if i < m {
+                        quad.copy_from_slice(&q[i * kp + 4 * s..i * kp + 4 * s + 4]);
+                    } else {
+                        quad.fill(0);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `m >= 1` rows of `kp` (a multiple of 128) quants: `q` row-major
+    /// (`m * kp`), `scale` and `qsum` row-major per group (`m * kp / 128`),
+    /// `packed` from [`Cq4Rows::pack`] of `q`.
+    pub fn new(
+        m: usize,
+        kp: usize,
+        q: &'a [i8],
+        scale: &'a [f32],
+        qsum: &'a [i32],
+        packed: &'a [i8],
+    ) -> Result<Self, KernelError> {
+        if m == 0 || kp == 0 || !kp.is_multiple_of(128) {
+            return Err(KernelError::Shape(format!(
+                "CQ4 activations: {m} rows of {kp} (want m >= 1, Kp a positive multiple of 128)"
+            )));
+        }
+        let ng = kp / 128;
+        crate::error::check_len("q (m x Kp)", m * kp, q.len())?;
+        crate::error::check_len("scale (m x groups)", m * ng, scale.len())?;
+        crate::error::check_len("qsum (m x groups)", m * ng, qsum.len())?;
+        crate::error::check_len("packed", Self::packed_len(m, kp), packed.len())?;
+        Ok(Cq4Rows {
+            m,
+            kp,
+            q,
+            scale,
+            qsum,
+            packed,
+        })
+    }
+
+    /// Rows `m`.
+    pub fn rows(&self) -> usize {
+        self.m
+    }
+    /// Quants per row (`Kp`).
+    pub fn cols(&self) -> usize {
+        self.kp
+    }
+    /// Groups per row (`Kp / 128`).
+    pub fn groups(&self) -> usize {
+        self.kp / 128
+    }
+    /// Row `i` as a GEMV's activations.
+    pub fn row(&self, i: usize) -> Cq4Act<'a> {
+        let ng = self.groups();
+        Cq4Act::new(
+            &self.q[i * self.kp..(i + 1) * self.kp],
+            &self.scale[i * ng..(i + 1) * ng],
+            &self.qsum[i * ng..(i + 1) * ng],
+        )
+    }
+    /// The scale of row `i`, group `g`.
+    pub fn scale(&self, i: usize, g: usize) -> f32 {
+        self.scale[i * self.groups() + g]
+    }
+    /// The interleaved quants (all tiles).
+    pub fn packed(&self) -> &'a [i8] {
+        self.packed
+    }
+    /// Rows `first..first + count` (`first` a multiple of [`CQ4_TILE_ROWS`],
+    /// `count >= 1`, inside `rows()`).
+    pub fn sub(&self, first: usize, count: usize) -> Cq4Rows<'a> {
+        assert!(
+            first.is_multiple_of(CQ4_TILE_ROWS) && count >= 1 && first + count <= self.m,
+            "row range"
+        );
+        let ng = self.groups();
+        let tiles = first / CQ4_TILE_ROWS..(first + count).div_ceil(CQ4_TILE_ROWS);
+        let tb = CQ4_TILE_ROWS * self.kp;
+        Cq4Rows {
+            m: count,
+            kp: self.kp,
+            q: &self.q[first * self.kp..(first + count) * self.kp],
+            scale: &self.scale[first * ng..(first + count) * ng],
+            qsum: &self.qsum[first * ng..(first + count) * ng],
+            packed: &self.packed[tiles.start * tb..tiles.end * tb],
+        }
+    }
+}
+
 /// Quantize rotated activations `z` per group of 128: `scale = max|z| / 127`
 /// (f32 division); `q = clamp(round_half_even(z / scale), -127, 127)`;
 /// a group with `scale == 0` gets `q = 0`.
@@ -239,13 +378,19 @@ pub fn quantize_groups(
         let sc = amax / 127.0;
         *s = sc;
         let mut sum = 0i32;
-        for (qv, &v) in qg.iter_mut().zip(zg) {
-            *qv = if sc == 0.0 {
-                0
-            } else {
-                (v / sc).round_ties_even().clamp(-127.0, 127.0) as i8
-            };
-            sum += *qv as i32;
+        if sc == 0.0 {
+            qg.fill(0);
+        } else {
+            // |v / sc| <= 127 (1 + 2^-22) or so (larger only by the rounding
+            // of a subnormal `sc`, never near 2^22), where `nearest_int` is
+            // round-half-even exactly; unlike `round_ties_even` (a libm
+            // call without SSE4.1) it lets the loop vectorize.
+            for (qv, &v) in qg.iter_mut().zip(zg) {
+                *qv = nearest_int(v / sc).clamp(-127, 127) as i8;
+            }
+        }
+        for &qv in qg.iter() {
+            sum += qv as i32;
         }
         *qs = sum;
     }
@@ -373,6 +518,53 @@ mod tests {
                         "{isa}"
                     );
                 }
+            }
+        }
+    }
+
+    /// `nearest_int` in the group quantizer is `round_ties_even` on
+    /// every quotient it can see: halves, values next to halves, the
+    /// clamp, tiny and subnormal group maxima.
+    #[test]
+    fn group_quantizer_rounds_half_even() {
+        // Groups whose maximum is 127, so sc = 1 and v / sc = v: every half
+        // from -127 to 127 and its two neighbours.
+        let mut vals = Vec::new();
+        for i in -254..=254 {
+            let h = i as f32 * 0.5;
+            let up = if h == 0.0 {
+                1e-30
+            } else {
+                f32::from_bits(h.to_bits() + 1)
+            };
+            vals.extend([h, up, -up]);
+        }
+        let mut z = Vec::new();
+        for c in vals.chunks(127) {
+            z.push(127.0);
+            z.extend_from_slice(c);
+            z.resize(z.len().div_ceil(128) * 128, 0.0);
+        }
+        // The same scaled into tiny (subnormal sc) and huge groups.
+        let tiny: Vec<f32> = z.iter().map(|v| v * 1e-42).collect();
+        let huge: Vec<f32> = z.iter().map(|v| v * 1e30).collect();
+        for zs in [z, tiny, huge] {
+            let ng = zs.len() / 128;
+            let (mut q, mut s, mut qs) = (vec![0i8; zs.len()], vec![0f32; ng], vec![0i32; ng]);
+            quantize_groups(&zs, &mut q, &mut s, &mut qs).unwrap();
+            for (g, zg) in zs.chunks_exact(128).enumerate() {
+                let sc = zg.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+                assert_eq!(s[g], sc);
+                for (j, &v) in zg.iter().enumerate() {
+                    let want = if sc == 0.0 {
+                        0
+                    } else {
+                        (v / sc).round_ties_even().clamp(-127.0, 127.0) as i8
+                    };
+                    assert_eq!(q[128 * g + j], want, "{v} / {sc}");
+                }
+                let sum: i32 = q[128 * g..128 * g + 128].iter().map(|&v| v as i32).sum();
+                assert_eq!(qs[g], sum);
             }
         }
     }

@@ -4,7 +4,9 @@
 
 use crate::error::KernelError;
 pub use crate::isa::{available, best, force_error, forced, Isa, ALL_ISAS, FORCE_ENV};
-pub use crate::table::{GroupFn, Kernels, PanelFn, RotateFn};
+pub use crate::table::{
+    GemmKernels, GroupFn, GroupGemmFn, Kernels, PanelFn, PanelGemmFn, RotateFn,
+};
 
 /// How to run a GEMV: which tier, and whether to split rows over the
 /// current rayon pool (results never depend on it).
@@ -74,6 +76,7 @@ static SCALAR: Kernels = Kernels {
     iq4_xs: crate::scalar::iq4_xs_group,
     cq4: crate::scalar::cq4_superblock,
     rotate: crate::scalar::orthogonal_rotate,
+    gemm: GemmKernels::NONE,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -93,6 +96,21 @@ const AVX2_TABLE: Kernels = Kernels {
     iq4_xs: crate::x86::avx2::iq4_xs_group,
     cq4: crate::x86::avx2::cq4_superblock,
     rotate: crate::x86::avx2::orthogonal_rotate,
+    gemm: GemmKernels {
+        q8_0: Some(crate::x86::avx2_gemm::q8_0_gemm),
+        q4_0: Some(crate::x86::avx2_gemm::q4_0_gemm),
+        q4_1: Some(crate::x86::avx2_gemm::q4_1_gemm),
+        q5_0: Some(crate::x86::avx2_gemm::q5_0_gemm),
+        q5_1: Some(crate::x86::avx2_gemm::q5_1_gemm),
+        q4_k: Some(crate::x86::avx2_gemm::q4_k_gemm),
+        q5_k: Some(crate::x86::avx2_gemm::q5_k_gemm),
+        q6_k: Some(crate::x86::avx2_gemm::q6_k_gemm),
+        q2_k: Some(crate::x86::avx2_gemm::q2_k_gemm),
+        q3_k: Some(crate::x86::avx2_gemm::q3_k_gemm),
+        iq4_nl: Some(crate::x86::avx2_gemm::iq4_nl_gemm),
+        iq4_xs: Some(crate::x86::avx2_gemm::iq4_xs_gemm),
+        cq4: Some(crate::x86::avx2_gemm::cq4_superblock_gemm),
+    },
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -124,6 +142,7 @@ static AVX512: Kernels = Kernels {
     iq4_xs: crate::x86::avx512::iq4_xs_group,
     cq4: crate::x86::avx512::cq4_superblock,
     rotate: crate::x86::avx512::orthogonal_rotate,
+    gemm: GemmKernels::NONE,
 };
 
 #[cfg(target_arch = "aarch64")]
@@ -143,6 +162,21 @@ const NEON_TABLE: Kernels = Kernels {
     iq4_xs: crate::aarch64::neon::iq4_xs_group,
     cq4: crate::aarch64::neon::cq4_superblock,
     rotate: crate::aarch64::neon::orthogonal_rotate,
+    gemm: GemmKernels {
+        q8_0: Some(crate::aarch64::neon_gemm::q8_0_gemm),
+        q4_0: Some(crate::aarch64::neon_gemm::q4_0_gemm),
+        q4_1: Some(crate::aarch64::neon_gemm::q4_1_gemm),
+        q5_0: Some(crate::aarch64::neon_gemm::q5_0_gemm),
+        q5_1: Some(crate::aarch64::neon_gemm::q5_1_gemm),
+        q4_k: Some(crate::aarch64::neon_gemm::q4_k_gemm),
+        q5_k: Some(crate::aarch64::neon_gemm::q5_k_gemm),
+        q6_k: Some(crate::aarch64::neon_gemm::q6_k_gemm),
+        q2_k: Some(crate::aarch64::neon_gemm::q2_k_gemm),
+        q3_k: Some(crate::aarch64::neon_gemm::q3_k_gemm),
+        iq4_nl: Some(crate::aarch64::neon_gemm::iq4_nl_gemm),
+        iq4_xs: Some(crate::aarch64::neon_gemm::iq4_xs_gemm),
+        cq4: Some(crate::aarch64::neon_gemm::cq4_superblock_gemm),
+    },
 };
 
 #[cfg(target_arch = "aarch64")]
@@ -153,6 +187,10 @@ static NEON: Kernels = NEON_TABLE;
 static SME2: Kernels = Kernels {
     isa: Isa::Sme2,
     cq4: crate::aarch64::sme2::cq4_superblock,
+    gemm: GemmKernels {
+        cq4: Some(crate::aarch64::sme2_gemm::cq4_superblock_gemm),
+        ..NEON_TABLE.gemm
+    },
     ..NEON_TABLE
 };
 

@@ -28,6 +28,9 @@ pub enum KernelError {
     Activation(String),
     /// Invalid data in a panel tensor's scales blob.
     Panel(String),
+    /// Bytes that are not a valid `.weights` container
+    /// ([`crate::Matrix::parse`]).
+    Container(String),
 }
 
 impl fmt::Display for KernelError {
@@ -45,6 +48,7 @@ impl fmt::Display for KernelError {
             }
             KernelError::Activation(s) => write!(f, "activations: {s}"),
             KernelError::Panel(s) => write!(f, "panel tensor: {s}"),
+            KernelError::Container(s) => write!(f, "container: {s}"),
         }
     }
 }

@@ -49,7 +49,7 @@ use crate::blocks::{
 };
 use crate::error::KernelError;
 use crate::isa::Isa;
-use crate::table::{GroupFn, Kernels};
+use crate::table::{GroupFn, GroupGemmFn, Kernels};
 
 /// An activation block type (Q8_0 for the legacy formats, Q8_K for the
 /// k-quants): how `x` is quantized and what each quant stands for.
@@ -146,6 +146,10 @@ pub trait GgmlFormat: Copy + Send + Sync + 'static {
     fn block_scales(w: &[u8]) -> (f32, f32);
     /// This format's group kernel in a tier's table.
     fn kernel(k: &Kernels) -> GroupFn<Self::Act>;
+    /// This format's multi-row (GEMM) group kernel in a tier's table, if
+    /// the tier has one (otherwise the GEMM runs [`GgmlFormat::kernel`]
+    /// once per activation row).
+    fn gemm_kernel(k: &Kernels) -> Option<GroupGemmFn<Self::Act>>;
 
     /// The f32 contribution of one block (see the module table): `S * (d *
     /// d_a)`, minus `M * (dmin * d_a)` for formats with mins.
@@ -238,6 +242,10 @@ impl GgmlFormat for Q8_0 {
     fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
         k.q8_0
     }
+
+    fn gemm_kernel(k: &Kernels) -> Option<GroupGemmFn<ActQ8_0>> {
+        k.gemm.q8_0
+    }
 }
 
 /// Q4_0 / Q5_0: `S = sum (v_i - offset) a_i`, no mins.
@@ -265,6 +273,10 @@ macro_rules! offset_format {
 
             fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
                 k.$blk
+            }
+
+            fn gemm_kernel(k: &Kernels) -> Option<GroupGemmFn<ActQ8_0>> {
+                k.gemm.$blk
             }
         }
     };
@@ -298,6 +310,10 @@ macro_rules! min_format {
 
             fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
                 k.$blk
+            }
+
+            fn gemm_kernel(k: &Kernels) -> Option<GroupGemmFn<ActQ8_0>> {
+                k.gemm.$blk
             }
         }
     };
@@ -351,6 +367,10 @@ impl GgmlFormat for Q4K {
     fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
         k.q4_k
     }
+
+    fn gemm_kernel(k: &Kernels) -> Option<GroupGemmFn<BlockQ8K>> {
+        k.gemm.q4_k
+    }
 }
 
 impl GgmlFormat for Q5K {
@@ -372,6 +392,10 @@ impl GgmlFormat for Q5K {
 
     fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
         k.q5_k
+    }
+
+    fn gemm_kernel(k: &Kernels) -> Option<GroupGemmFn<BlockQ8K>> {
+        k.gemm.q5_k
     }
 }
 
@@ -403,6 +427,10 @@ impl GgmlFormat for Q6K {
     fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
         k.q6_k
     }
+
+    fn gemm_kernel(k: &Kernels) -> Option<GroupGemmFn<BlockQ8K>> {
+        k.gemm.q6_k
+    }
 }
 
 impl GgmlFormat for Iq4Nl {
@@ -427,6 +455,10 @@ impl GgmlFormat for Iq4Nl {
 
     fn kernel(k: &Kernels) -> GroupFn<ActQ8_0> {
         k.iq4_nl
+    }
+
+    fn gemm_kernel(k: &Kernels) -> Option<GroupGemmFn<ActQ8_0>> {
+        k.gemm.iq4_nl
     }
 }
 
@@ -457,6 +489,10 @@ impl GgmlFormat for Iq4Xs {
 
     fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
         k.iq4_xs
+    }
+
+    fn gemm_kernel(k: &Kernels) -> Option<GroupGemmFn<BlockQ8K>> {
+        k.gemm.iq4_xs
     }
 }
 
@@ -489,6 +525,10 @@ impl GgmlFormat for Q2K {
     fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
         k.q2_k
     }
+
+    fn gemm_kernel(k: &Kernels) -> Option<GroupGemmFn<BlockQ8K>> {
+        k.gemm.q2_k
+    }
 }
 
 impl GgmlFormat for Q3K {
@@ -518,5 +558,9 @@ impl GgmlFormat for Q3K {
 
     fn kernel(k: &Kernels) -> GroupFn<BlockQ8K> {
         k.q3_k
+    }
+
+    fn gemm_kernel(k: &Kernels) -> Option<GroupGemmFn<BlockQ8K>> {
+        k.gemm.q3_k
     }
 }

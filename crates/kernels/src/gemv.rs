@@ -102,53 +102,58 @@ pub trait Gemv: Sync {
     }
 }
 
-/// The weight-stationary GEMM driver of the ggml and CQ4 matrices: `Y`
-/// (`m x n`, row-major) from weight groups of `U` rows. `group(row0, i,
-/// out)` runs the group whose first row is `row0` against activation row
-/// `i` (the first `min(U, n - row0)` values of `out` are kept). With `m ==
-/// 1` the results go straight into `y`; otherwise into `yt` (`n x m`, so a
-/// task owns whole groups for every activation row), transposed at the end.
-/// Each group is run against all `m` rows before the next one.
+/// Activation rows per call of a multi-row (GEMM) kernel: each weight
+/// group is decoded once per this many rows of `X`. A multiple of
+/// [`crate::act::CQ4_TILE_ROWS`].
+pub(crate) const GEMM_ROWS: usize = 64;
+
+/// The GEMM driver of the ggml and CQ4 matrices: `Y` (`m x n`, row-major)
+/// from weight groups of `U` rows. `tile(row0, i0, rows, out)` runs the
+/// group whose first row is `row0` against activation rows `i0..i0 + rows`
+/// (`rows <= GEMM_ROWS`) into `out[U * i + r]` (`out.len() == U * rows`,
+/// every value written; of each row the first `min(U, n - row0)` values
+/// are kept). With `m == 1` the results go straight into `y`; otherwise
+/// into `yt`, laid out `[group][m][U]`, so a task owns whole groups for
+/// every activation row and the kernels write their tiles in place; the
+/// rows are copied into `Y` at the end. Each group runs against all `m`
+/// rows (in chunks of `GEMM_ROWS`) before the next one: the weights
+/// stream from memory once per call.
 pub(crate) fn weight_stationary<const U: usize>(
     m: usize,
     y: &mut [f32],
     yt: &mut Vec<f32>,
     exec: Exec,
-    group: impl Fn(usize, usize, &mut [f32; U]) + Sync,
+    tile: impl Fn(usize, usize, usize, &mut [f32]) + Sync,
 ) {
     if m == 1 {
         split_rows(y, U, exec, |first, ys| {
             for (gi, yc) in ys.chunks_mut(U).enumerate() {
                 let mut out = [0.0f32; U];
-                group(first + gi * U, 0, &mut out);
+                tile(first + gi * U, 0, 1, &mut out);
                 yc.copy_from_slice(&out[..yc.len()]);
             }
         });
         return;
     }
-    yt.clear();
-    yt.resize(y.len(), 0.0);
+    let n = y.len() / m;
+    let need = n.div_ceil(U) * U * m;
+    if yt.len() < need {
+        yt.resize(need, 0.0);
+    }
+    let yt = &mut yt[..need];
     split_rows(yt, U * m, exec, |first, ts| {
-        for (gi, tc) in ts.chunks_mut(U * m).enumerate() {
-            let (row0, rows) = (first / m + gi * U, tc.len() / m);
-            for i in 0..m {
-                let mut out = [0.0f32; U];
-                group(row0, i, &mut out);
-                for (r, &v) in out[..rows].iter().enumerate() {
-                    tc[r * m + i] = v;
-                }
+        for (gi, tc) in ts.chunks_exact_mut(U * m).enumerate() {
+            let row0 = (first / (U * m) + gi) * U;
+            for i0 in (0..m).step_by(GEMM_ROWS) {
+                let mc = GEMM_ROWS.min(m - i0);
+                tile(row0, i0, mc, &mut tc[U * i0..U * (i0 + mc)]);
             }
         }
     });
-    transpose_into(yt, m, y);
-}
-
-/// `y[i * n + r] = yt[r * m + i]` (`yt` is `n x m`, `y` is `m x n`).
-fn transpose_into(yt: &[f32], m: usize, y: &mut [f32]) {
-    let n = yt.len() / m.max(1);
-    for (r, row) in yt.chunks_exact(m).enumerate() {
-        for (i, &v) in row.iter().enumerate() {
-            y[i * n + r] = v;
+    for (g, block) in yt.chunks_exact(U * m).enumerate() {
+        let (row0, rows) = (g * U, U.min(n - g * U));
+        for (i, o) in block.chunks_exact(U).enumerate() {
+            y[i * n + row0..i * n + row0 + rows].copy_from_slice(&o[..rows]);
         }
     }
 }

@@ -302,7 +302,9 @@ impl<'a> GgmlMatrix<'a> {
         yt: &mut Vec<f32>,
         exec: Exec,
     ) -> Result<(), KernelError> {
-        let kern: GroupFn<F::Act> = F::kernel(kernels(exec.isa)?);
+        let table = kernels(exec.isa)?;
+        let kern: GroupFn<F::Act> = F::kernel(table);
+        let gemm = F::gemm_kernel(table);
         let nb = self.blocks_per_row();
         acts.clear();
         acts.resize(m * nb, F::Act::default());
@@ -312,13 +314,23 @@ impl<'a> GgmlMatrix<'a> {
             }
         }
         let act: &[F::Act] = acts;
-        weight_stationary::<GROUP_ROWS>(m, y, yt, exec, |row0, i, out| {
+        weight_stationary::<GROUP_ROWS>(m, y, yt, exec, |row0, i0, rows, out| {
             let g = self.group_at(row0);
-            // SAFETY: `kern` comes from `kernels(exec.isa)`, which only
-            // returns tables of ISAs the CPU supports (Isa::is_available);
-            // `g` satisfies the RowGroup invariant and the slice holds
-            // activation row i's blocks_per_row blocks.
-            unsafe { kern(&g, &act[i * nb..(i + 1) * nb], out) };
+            let a = &act[i0 * nb..(i0 + rows) * nb];
+            match gemm {
+                // SAFETY: `f` comes from `kernels(exec.isa)`, which only
+                // returns tables of ISAs the CPU supports; `g` satisfies the
+                // RowGroup invariant, `a` holds `rows` activation rows of
+                // blocks_per_row blocks and `out` 8 values per row.
+                Some(f) if rows > 1 => unsafe { f(&g, a, out) },
+                _ => {
+                    for (ar, o) in a.chunks_exact(nb).zip(out.chunks_exact_mut(GROUP_ROWS)) {
+                        let o: &mut [f32; GROUP_ROWS] = o.try_into().expect("8 slots");
+                        // SAFETY: as above, one activation row.
+                        unsafe { kern(&g, ar, o) };
+                    }
+                }
+            }
         });
         Ok(())
     }

@@ -18,6 +18,32 @@ pub enum Matrix<'a> {
 }
 
 impl<'a> Matrix<'a> {
+    /// The matrix stored in `bytes`, a whole `.weights` file (typically a
+    /// memory map of it): the container is parsed and validated
+    /// ([`weights_file::WeightsFile::parse`]), then viewed as
+    /// [`Matrix::from_file`] does. Nothing is copied; the view borrows
+    /// `bytes`. Raw files (integers, bool, f64, fp8) and 3-D expert
+    /// sidecars ([`crate::GgmlExperts`]) are [`KernelError::Unsupported`] /
+    /// [`KernelError::Shape`].
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, KernelError> {
+        let f = weights_file::WeightsFile::parse(bytes)
+            .map_err(|e| KernelError::Container(e.to_string()))?;
+        Self::from_file(&f)
+    }
+
+    /// What the matrix holds, as `convert verify` names it: `Q4_K r8`,
+    /// `Q8_0 row_major`, `CQ4 hadamard`, `CQ4 orthogonal`, `FP16`, `FP32`.
+    pub fn kind(&self) -> String {
+        match self {
+            Matrix::Ggml(m) => format!("{} {}", m.format().ggml_type(), m.layout().name()),
+            Matrix::Panel(m) => match m.family() {
+                weights_file::panel::RotationFamily::Hadamard => "CQ4 hadamard".into(),
+                weights_file::panel::RotationFamily::Orthogonal => "CQ4 orthogonal".into(),
+            },
+            Matrix::Float(m) => format!("{:?}", m.float_type()).to_uppercase(),
+        }
+    }
+
     /// The matrix of a parsed container, by its precision.
     pub fn from_file(f: &weights_file::WeightsFile<'a>) -> Result<Self, KernelError> {
         use weights_file::Precision;

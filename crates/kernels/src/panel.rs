@@ -24,7 +24,7 @@ use weights_file::fp16::f16_bits_to_f32;
 use weights_file::panel::{RotationFamily, SUPER_BLOCK};
 use weights_file::{PanelView, WeightsFile};
 
-use crate::act::{quantize_groups, Cq4Act};
+use crate::act::{quantize_groups, Cq4Act, Cq4Rows};
 use crate::dispatch::{kernels, Exec};
 use crate::error::{check_len, KernelError};
 use crate::gemv::{weight_stationary, Dims, Gemv, GemvResult};
@@ -247,7 +247,8 @@ impl Gemv for PanelMatrix<'_> {
         exec: Exec,
     ) -> GemvResult {
         let (kp, ng) = (self.cols(), self.groups());
-        let kern = kernels(exec.isa)?.cq4;
+        let table = kernels(exec.isa)?;
+        let kern = table.cq4;
         let c = &mut ws.cq4;
         c.z.resize(kp, 0.0);
         c.q.resize(m * kp, 0);
@@ -262,22 +263,25 @@ impl Gemv for PanelMatrix<'_> {
                 &mut c.qsum[i * ng..(i + 1) * ng],
             )?;
         }
-        let acts: Vec<Cq4Act<'_>> = (0..m)
-            .map(|i| {
-                Cq4Act::new(
-                    &c.q[i * kp..(i + 1) * kp],
-                    &c.scale[i * ng..(i + 1) * ng],
-                    &c.qsum[i * ng..(i + 1) * ng],
-                )
-            })
-            .collect();
         let lut = self.lut;
-        weight_stationary::<SUPER_BLOCK>(m, y, &mut ws.yt, exec, |row0, i, out| {
+        if m == 1 {
+            let act = Cq4Act::new(&c.q, &c.scale, &c.qsum);
+            weight_stationary::<SUPER_BLOCK>(1, y, &mut ws.yt, exec, |row0, _, _, out| {
+                let out: &mut [f32; SUPER_BLOCK] = out.try_into().expect("64 channels");
+                let blk = self.block(row0 / SUPER_BLOCK);
+                // SAFETY: `kern` comes from `kernels(exec.isa)`, which only
+                // returns tables of ISAs the CPU supports; `blk` was built by
+                // PanelBlock::new (checked lengths) and `act` holds ng groups.
+                unsafe { kern(&blk, &act, &lut, out) };
+            });
+            return Ok(());
+        }
+        c.packed.resize(Cq4Rows::packed_len(m, kp), 0);
+        Cq4Rows::pack(m, kp, &c.q, &mut c.packed)?;
+        let rows = Cq4Rows::new(m, kp, &c.q, &c.scale, &c.qsum, &c.packed)?;
+        weight_stationary::<SUPER_BLOCK>(m, y, &mut ws.yt, exec, |row0, i0, count, out| {
             let blk = self.block(row0 / SUPER_BLOCK);
-            // SAFETY: `kern` comes from `kernels(exec.isa)`, which only
-            // returns tables of ISAs the CPU supports; `blk` was built by
-            // PanelBlock::new (checked lengths) and `acts[i]` holds ng groups.
-            unsafe { kern(&blk, &acts[i], &lut, out) };
+            table.cq4_superblock_gemm(&blk, &rows.sub(i0, count), &lut, out);
         });
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! tier implements and the safe calls through them. The tables themselves
 //! are built in [`crate::dispatch`].
 
-use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
+use crate::act::{ActQ8_0, BlockQ8K, Cq4Act, Cq4Rows};
 use crate::isa::Isa;
 use crate::operands::{CbLut, PanelBlock, RowGroup};
 
@@ -16,6 +16,59 @@ pub type GroupFn<A> = unsafe fn(&RowGroup<'_>, &[A], &mut [f32; 8]);
 /// One CQ4 super-block kernel: 64 output channels of `block` against the
 /// quantized activations.
 pub type PanelFn = unsafe fn(&PanelBlock<'_>, &Cq4Act<'_>, &CbLut, &mut [f32; 64]);
+
+/// One 8-row group kernel against `m` activation rows at once (a GEMM
+/// tile): `m = out.len() / 8`, `act` holds the rows' blocks one row after
+/// the other (`group.nblocks()` each), `out[8 i + slot]` is slot `slot`
+/// against row `i`. Row `i`'s eight values are, bit for bit, what the
+/// tier's [`GroupFn`] gives for row `i` alone: each weight block is
+/// decoded once and dotted with every row.
+pub type GroupGemmFn<A> = unsafe fn(&RowGroup<'_>, &[A], &mut [f32]);
+
+/// One CQ4 super-block against every row of `rows` (a GEMM tile):
+/// `out[64 i + c]` (`out.len() == 64 * rows.rows()`), bit for bit the
+/// tier's [`PanelFn`] on row `i` alone.
+pub type PanelGemmFn = unsafe fn(&PanelBlock<'_>, &Cq4Rows<'_>, &CbLut, &mut [f32]);
+
+/// The multi-row (GEMM) kernels of one tier; `None` where the tier has
+/// none (the GEMM then runs the tier's GEMV kernel once per activation
+/// row, which gives the same bits).
+#[derive(Debug, Clone, Copy)]
+pub struct GemmKernels {
+    pub(crate) q8_0: Option<GroupGemmFn<ActQ8_0>>,
+    pub(crate) q4_0: Option<GroupGemmFn<ActQ8_0>>,
+    pub(crate) q4_1: Option<GroupGemmFn<ActQ8_0>>,
+    pub(crate) q5_0: Option<GroupGemmFn<ActQ8_0>>,
+    pub(crate) q5_1: Option<GroupGemmFn<ActQ8_0>>,
+    pub(crate) q4_k: Option<GroupGemmFn<BlockQ8K>>,
+    pub(crate) q5_k: Option<GroupGemmFn<BlockQ8K>>,
+    pub(crate) q6_k: Option<GroupGemmFn<BlockQ8K>>,
+    pub(crate) q2_k: Option<GroupGemmFn<BlockQ8K>>,
+    pub(crate) q3_k: Option<GroupGemmFn<BlockQ8K>>,
+    pub(crate) iq4_nl: Option<GroupGemmFn<ActQ8_0>>,
+    pub(crate) iq4_xs: Option<GroupGemmFn<BlockQ8K>>,
+    pub(crate) cq4: Option<PanelGemmFn>,
+}
+
+impl GemmKernels {
+    /// No multi-row kernel at all (the scalar tier: its GEMM is the GEMV
+    /// kernel per row, the definition).
+    pub(crate) const NONE: GemmKernels = GemmKernels {
+        q8_0: None,
+        q4_0: None,
+        q4_1: None,
+        q5_0: None,
+        q5_1: None,
+        q4_k: None,
+        q5_k: None,
+        q6_k: None,
+        q2_k: None,
+        q3_k: None,
+        iq4_nl: None,
+        iq4_xs: None,
+        cq4: None,
+    };
+}
 
 /// The orthogonal activation transform of one tier:
 /// `z_j = sum_k (x_k * recip_k) * R[k][j]` (see [`crate::panel`]).
@@ -41,6 +94,7 @@ pub struct Kernels {
     pub(crate) iq4_xs: GroupFn<BlockQ8K>,
     pub(crate) cq4: PanelFn,
     pub(crate) rotate: RotateFn,
+    pub(crate) gemm: GemmKernels,
 }
 
 macro_rules! safe_group {
@@ -115,6 +169,62 @@ impl Kernels {
         // SAFETY: a `Kernels` value is only handed out by `kernels()` for a
         // tier the CPU supports (Isa::is_available).
         unsafe { (self.rotate)(x, recip, r, z) }
+    }
+
+    /// Whether this tier has any multi-row (GEMM) kernel (otherwise its
+    /// GEMM runs the GEMV kernels once per activation row).
+    pub fn has_gemm(&self) -> bool {
+        let g = &self.gemm;
+        [
+            g.q8_0.is_some(),
+            g.q4_0.is_some(),
+            g.q4_1.is_some(),
+            g.q5_0.is_some(),
+            g.q5_1.is_some(),
+            g.q4_k.is_some(),
+            g.q5_k.is_some(),
+            g.q6_k.is_some(),
+            g.q2_k.is_some(),
+            g.q3_k.is_some(),
+            g.iq4_nl.is_some(),
+            g.iq4_xs.is_some(),
+            g.cq4.is_some(),
+        ]
+        .contains(&true)
+    }
+
+    /// Whether this tier has a multi-row (GEMM) kernel for CQ4 panels
+    /// (without one, [`Kernels::cq4_superblock_gemm`] runs the GEMV kernel
+    /// per row).
+    pub fn has_cq4_gemm(&self) -> bool {
+        self.gemm.cq4.is_some()
+    }
+
+    /// CQ4 super-block against every row of `rows`: `out[64 i + c]`, bit
+    /// for bit [`Kernels::cq4_superblock`] of row `i` (`out.len()` must be
+    /// `64 * rows.rows()`, and `rows` must have the block's groups).
+    pub fn cq4_superblock_gemm(
+        &self,
+        b: &PanelBlock<'_>,
+        rows: &Cq4Rows<'_>,
+        lut: &CbLut,
+        out: &mut [f32],
+    ) {
+        assert!(
+            out.len() == 64 * rows.rows() && rows.groups() == b.groups(),
+            "GEMM tile shape"
+        );
+        match self.gemm.cq4 {
+            // SAFETY: a `Kernels` value is only handed out by `kernels()`
+            // for a tier the CPU supports; shapes checked above.
+            Some(f) => unsafe { f(b, rows, lut, out) },
+            None => {
+                for (i, o) in out.chunks_exact_mut(64).enumerate() {
+                    let o: &mut [f32; 64] = o.try_into().expect("64 channels");
+                    self.cq4_superblock(b, &rows.row(i), lut, o);
+                }
+            }
+        }
     }
 
     /// CQ4 super-block kernel of this tier.

@@ -11,8 +11,8 @@ pub struct Workspace {
     pub(crate) q8_0: Vec<ActQ8_0>,
     pub(crate) q8_k: Vec<BlockQ8K>,
     pub(crate) cq4: Cq4Scratch,
-    /// GEMM outputs row-major by weight row (`N x M`), transposed into
-    /// `Y` at the end.
+    /// GEMM outputs by weight group (`[group][M][rows per group]`, the
+    /// multi-row kernels' tiles), copied into `Y` at the end.
     pub(crate) yt: Vec<f32>,
 }
 
@@ -22,6 +22,9 @@ pub(crate) struct Cq4Scratch {
     pub(crate) q: Vec<i8>,
     pub(crate) scale: Vec<f32>,
     pub(crate) qsum: Vec<i32>,
+    /// The quants of a GEMM's rows interleaved for the multi-row kernels
+    /// ([`crate::act::Cq4Rows`]).
+    pub(crate) packed: Vec<i8>,
 }
 
 impl Workspace {

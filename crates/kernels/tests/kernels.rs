@@ -7,7 +7,9 @@ mod common;
 use common::*;
 use kernels::aligned::AlignedBytes;
 use kernels::ggml::ALL_FORMATS;
-use kernels::{available, GgmlMatrix, Isa, PanelMatrix, RotationFamily as Family, RowLayout};
+use kernels::{
+    available, GgmlMatrix, Isa, PanelMatrix, QuantFormat, RotationFamily as Family, RowLayout,
+};
 
 #[test]
 fn tiers_in_use() {
@@ -432,16 +434,23 @@ fn expert_selection_equals_the_2d_gemv_of_that_expert() {
 
 /// GEMM `Y = X W^T`: row `i` of `Y` is, bit for bit, the scalar GEMV of row
 /// `i` of `X`, on every tier, sequential and parallel, for every ggml
-/// layout, both CQ4 families and FP16, with M tails (1, 2, 3, 17) and N
-/// tails (rows not a multiple of 8 / 64). One workspace serves every call,
-/// so buffers left by a larger M must not leak into a smaller one.
+/// layout, both CQ4 families and FP16, with M tails (1, 2, 3, 17: the
+/// multi-row kernels' runs of 4 / 8 rows and 16-row tiles plus a tail; 70,
+/// for one matrix of each kind: past the driver's 64 rows per kernel call)
+/// and N tails (rows not a multiple of 8 / 64). One workspace serves every
+/// call, so buffers left by a larger M must not leak into a smaller one.
 #[test]
 fn gemm_rows_equal_the_scalar_gemv_of_each_row() {
     use kernels::{Exec, Gemv, Workspace};
-    fn check(mat: &dyn Gemv, seed: u64, zero_from: usize, what: &str) {
+    fn check(mat: &dyn Gemv, seed: u64, zero_from: usize, what: &str, long: bool) {
         let (n, k) = (mat.rows(), mat.cols());
         let mut ws = Workspace::new();
-        for m in [3usize, 17, 1, 2] {
+        let ms: &[usize] = if long {
+            &[3, 70, 17, 1, 2]
+        } else {
+            &[3, 17, 1, 2]
+        };
+        for &m in ms {
             let rows: Vec<Vec<f32>> = (0..m)
                 .map(|i| {
                     let mut x = gaussian(seed + 31 * i as u64, k);
@@ -481,7 +490,14 @@ fn gemm_rows_equal_the_scalar_gemv_of_each_row() {
             for layout in LAYOUTS {
                 let data = in_layout(format, n, k, &plain, layout);
                 let mat = GgmlMatrix::new(format, layout, n, k, data.as_slice()).unwrap();
-                check(&mat, 600, k, &format!("{format:?} {n}x{k} {layout:?}"));
+                let long = format == QuantFormat::Q4K && n == 33;
+                check(
+                    &mat,
+                    600,
+                    k,
+                    &format!("{format:?} {n}x{k} {layout:?}"),
+                    long,
+                );
             }
         }
     }
@@ -490,7 +506,7 @@ fn gemm_rows_equal_the_scalar_gemv_of_each_row() {
         let mat = PanelMatrix::new(
             kernels::PanelView::parse(family, n, kp, &blob, panels.as_slice()).unwrap(),
         );
-        check(&mat, 800, k, &format!("{family:?} {n}x{k}"));
+        check(&mat, 800, k, &format!("{family:?} {n}x{k}"), ci % 6 == 5);
     }
     let (n, k) = (19, 40);
     let halves: Vec<u8> = gaussian(900, n * k)
@@ -498,5 +514,99 @@ fn gemm_rows_equal_the_scalar_gemv_of_each_row() {
         .flat_map(|&v| half_bits(v).to_le_bytes())
         .collect();
     let mat = kernels::FloatMatrix::new(kernels::FloatType::F16, n, k, &halves).unwrap();
-    check(&mat, 901, k, "fp16 19x40");
+    check(&mat, 901, k, "fp16 19x40", true);
+}
+
+/// Kernel level: each tier's multi-row CQ4 kernel against its own GEMV
+/// kernel row by row (and so against scalar, which the tier's GEMV equals):
+/// random panel bytes (every nibble), an int8 codebook with -128 and 127,
+/// quants at +-127, every M from 1 to 20 plus 31, 33 and 64 (runs of 4 / 8
+/// rows, 16-row tiles and their tails), 1 to 9 groups (the SME2 kernel's
+/// sections of 4 groups and their tails). A kernel that dotted the wrong
+/// activation row, tile, group or channel fails it.
+#[test]
+fn cq4_gemm_kernels_equal_the_gemv_kernel_per_row() {
+    use kernels::act::Cq4Rows;
+    use kernels::panel::{CbLut, PanelBlock};
+    let mut rng = cq4::rng::SplitMix64::new(0x6E33);
+    let lut = CbLut::new([
+        -128, -127, -100, -64, -1, 0, 1, 2, 3, 50, 64, 100, 120, 126, 127, -7,
+    ]);
+    let ms: Vec<usize> = (1..=20).chain([31, 33, 64]).collect();
+    for ng in [1usize, 3, 4, 5, 9] {
+        let kp = ng * 128;
+        let panels: Vec<u8> = (0..ng * 4096).map(|_| rng.next_u64() as u8).collect();
+        let folded: Vec<u8> = (0..ng * 64)
+            .flat_map(|i| (0.5f32 + (i % 13) as f32 * 0.25).to_le_bytes())
+            .collect();
+        let blk = PanelBlock::new(&panels, &folded, ng).unwrap();
+        for &m in &ms {
+            let q: Vec<i8> = (0..m * kp)
+                .map(|_| match rng.next_u64() % 4 {
+                    0 => 127,
+                    1 => -127,
+                    _ => (rng.next_u64() % 255) as i8,
+                })
+                .map(|v| v.max(-127))
+                .collect();
+            let scale: Vec<f32> = (0..m * ng).map(|i| 0.001 * (1 + i % 17) as f32).collect();
+            let qsum: Vec<i32> = q
+                .chunks(128)
+                .map(|c| c.iter().map(|&v| v as i32).sum())
+                .collect();
+            let mut packed = vec![0i8; Cq4Rows::packed_len(m, kp)];
+            Cq4Rows::pack(m, kp, &q, &mut packed).unwrap();
+            let rows = Cq4Rows::new(m, kp, &q, &scale, &qsum, &packed).unwrap();
+            let mut want = vec![0f32; 64 * m];
+            for (i, o) in want.chunks_exact_mut(64).enumerate() {
+                kernels::scalar::cq4_superblock(&blk, &rows.row(i), &lut, o.try_into().unwrap());
+            }
+            for isa in available() {
+                let k = kernels::dispatch::kernels(isa).unwrap();
+                let mut got = vec![f32::NAN; 64 * m];
+                k.cq4_superblock_gemm(&blk, &rows, &lut, &mut got);
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{isa} (multi-row kernel: {}) ng={ng} M={m}",
+                    k.has_cq4_gemm()
+                );
+            }
+        }
+    }
+}
+
+/// The packed activation layout of the multi-row CQ4 kernels
+/// ([`kernels::act::Cq4Rows`]), against its definition, and the shape
+/// checks of its constructor.
+#[test]
+fn cq4_rows_packing() {
+    use kernels::act::{Cq4Rows, CQ4_TILE_ROWS};
+    let (m, kp) = (19, 256);
+    let q: Vec<i8> = (0..m * kp).map(|i| (i % 251) as i8).collect();
+    let mut packed = vec![1i8; Cq4Rows::packed_len(m, kp)];
+    assert_eq!(packed.len(), 2 * CQ4_TILE_ROWS * kp);
+    Cq4Rows::pack(m, kp, &q, &mut packed).unwrap();
+    for t in 0..2 {
+        for s in 0..kp / 4 {
+            for r in 0..CQ4_TILE_ROWS {
+                for c in 0..4 {
+                    let i = 16 * t + r;
+                    let want = if i < m { q[i * kp + 4 * s + c] } else { 0 };
+                    assert_eq!(packed[((t * kp / 4) + s) * 64 + 4 * r + c], want);
+                }
+            }
+        }
+    }
+    let (scale, qsum) = (vec![1f32; m * 2], vec![0i32; m * 2]);
+    let rows = Cq4Rows::new(m, kp, &q, &scale, &qsum, &packed).unwrap();
+    let sub = rows.sub(16, 3);
+    assert_eq!((sub.rows(), sub.groups()), (3, 2));
+    assert_eq!(sub.row(0).q, &q[16 * kp..17 * kp]);
+    assert_eq!(sub.packed(), &packed[CQ4_TILE_ROWS * kp..]);
+    assert!(Cq4Rows::new(m, kp, &q, &scale, &qsum, &packed[1..]).is_err());
+    assert!(Cq4Rows::new(m, kp, &q[1..], &scale, &qsum, &packed).is_err());
+    assert!(Cq4Rows::new(0, kp, &[], &[], &[], &[]).is_err());
+    assert!(Cq4Rows::new(1, 100, &q[..100], &scale[..1], &qsum[..1], &packed[..1600]).is_err());
+    assert!(Cq4Rows::pack(m, kp, &q, &mut packed[1..]).is_err());
 }

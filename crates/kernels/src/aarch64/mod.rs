@@ -14,8 +14,10 @@
 //! `asm!`; everything else uses `core::arch::aarch64` intrinsics.
 
 pub mod neon;
+pub mod neon_gemm;
 pub mod probe;
 pub mod sme2;
+pub mod sme2_gemm;
 
 use core::arch::aarch64::*;
 use core::arch::asm;

@@ -34,7 +34,7 @@ use crate::operands::{CbLut, PanelBlock, KG_BYTES, KG_PER_GROUP};
 /// # Safety
 /// `p..p + 16` must be readable.
 #[inline(always)]
-unsafe fn ld_s8(p: *const u8) -> int8x16_t {
+pub(crate) unsafe fn ld_s8(p: *const u8) -> int8x16_t {
     // SAFETY: the caller guarantees 16 readable bytes; `ld1` has no
     // alignment requirement for byte elements.
     unsafe { vld1q_s8(p.cast()) }
@@ -45,7 +45,7 @@ unsafe fn ld_s8(p: *const u8) -> int8x16_t {
 /// # Safety
 /// `p..p + 16` must be readable.
 #[inline(always)]
-unsafe fn ld_u8(p: *const u8) -> uint8x16_t {
+pub(crate) unsafe fn ld_u8(p: *const u8) -> uint8x16_t {
     // SAFETY: as in `ld_s8`.
     unsafe { vld1q_u8(p) }
 }
@@ -54,7 +54,7 @@ unsafe fn ld_u8(p: *const u8) -> uint8x16_t {
 /// formula for 8 rows.
 #[inline]
 #[target_feature(enable = "neon")]
-fn add_scaled(
+pub(crate) fn add_scaled(
     acc: &mut [float32x4_t; 2],
     isum: [int32x4_t; 2],
     d: [float32x4_t; 2],
@@ -85,7 +85,7 @@ fn store8(acc: [float32x4_t; 2], out: &mut [f32; 8]) {
 /// `qs..qs + 16` must be readable.
 #[inline]
 #[target_feature(enable = "neon")]
-unsafe fn iq4_levels(qs: *const u8, table: int8x16_t) -> [int8x16_t; 2] {
+pub(crate) unsafe fn iq4_levels(qs: *const u8, table: int8x16_t) -> [int8x16_t; 2] {
     // SAFETY: the caller guarantees the 16 bytes.
     let v = unsafe { q4_values(qs) };
     [vqtbl1q_s8(table, v[0]), vqtbl1q_s8(table, v[1])]
@@ -94,7 +94,7 @@ unsafe fn iq4_levels(qs: *const u8, table: int8x16_t) -> [int8x16_t; 2] {
 /// The 16 IQ4 levels as a `tbl` table.
 #[inline]
 #[target_feature(enable = "neon")]
-fn iq4_table() -> int8x16_t {
+pub(crate) fn iq4_table() -> int8x16_t {
     // SAFETY: IQ4_LEVELS is 16 bytes.
     unsafe { vld1q_s8(IQ4_LEVELS.as_ptr()) }
 }
@@ -204,7 +204,7 @@ pub unsafe fn iq4_xs_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8
 /// `qs..qs + 16` must be readable.
 #[inline]
 #[target_feature(enable = "neon")]
-unsafe fn q4_values(qs: *const u8) -> [uint8x16_t; 2] {
+pub(crate) unsafe fn q4_values(qs: *const u8) -> [uint8x16_t; 2] {
     // SAFETY: the caller guarantees the 16 bytes.
     let q = unsafe { ld_u8(qs) };
     [vandq_u8(q, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(q)]
@@ -299,7 +299,7 @@ pub unsafe fn q4_1_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
 /// `p..p + 22` must be readable.
 #[inline]
 #[target_feature(enable = "neon")]
-unsafe fn q5_0_values(p: *const u8) -> [int8x16_t; 2] {
+pub(crate) unsafe fn q5_0_values(p: *const u8) -> [int8x16_t; 2] {
     // SAFETY: qs is 16 bytes at offset 6 and qh 4 bytes at offset 2 of the
     // 22-byte block the caller guarantees.
     unsafe { q5_values(p.add(q5_0::QH), p.add(q5_0::QS), 16) }
@@ -312,7 +312,7 @@ unsafe fn q5_0_values(p: *const u8) -> [int8x16_t; 2] {
 /// `qh..qh + 4` and `qs..qs + 16` must be readable.
 #[inline]
 #[target_feature(enable = "neon")]
-unsafe fn q5_values(qh: *const u8, qs: *const u8, offset: i8) -> [int8x16_t; 2] {
+pub(crate) unsafe fn q5_values(qh: *const u8, qs: *const u8, offset: i8) -> [int8x16_t; 2] {
     // SAFETY: guaranteed by the caller.
     let (qs, qh) = unsafe { (ld_u8(qs), super::read_u32(qh)) };
     let m4 = vdupq_n_u8(0x0F);
@@ -416,7 +416,7 @@ pub unsafe fn q5_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
 /// Eight u8 as two i32x4 (lanes 0-3, 4-7).
 #[inline]
 #[target_feature(enable = "neon")]
-fn widen_u8x8(b: &[u8; 8]) -> [int32x4_t; 2] {
+pub(crate) fn widen_u8x8(b: &[u8; 8]) -> [int32x4_t; 2] {
     // SAFETY: `b` is 8 bytes.
     let w = vmovl_u8(unsafe { vld1_u8(b.as_ptr()) });
     [
@@ -536,7 +536,7 @@ forward_pair!(
 /// widened i8 scales.
 #[inline]
 #[target_feature(enable = "neon")]
-fn scaled16(dots: &[int32x4_t; 16], sc8: int8x16_t) -> int32x4_t {
+pub(crate) fn scaled16(dots: &[int32x4_t; 16], sc8: int8x16_t) -> int32x4_t {
     let sc16 = [vmovl_s8(vget_low_s8(sc8)), vmovl_high_s8(sc8)];
     let mut t = vdupq_n_s32(0);
     for m in 0..4 {

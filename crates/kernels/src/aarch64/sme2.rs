@@ -54,7 +54,7 @@ pub const CHUNK_GROUPS: usize = 16;
 
 /// ZT0's image of a codebook: 16 little-endian 32-bit entries, entry `i`'s
 /// low byte = `cb_i8[i]` (what `luti4 .b` returns), other bytes 0.
-fn zt0_image(lut: &CbLut) -> [u8; 64] {
+pub(crate) fn zt0_image(lut: &CbLut) -> [u8; 64] {
     let mut t = [0u8; 64];
     for (i, &c) in lut.cb_i8().iter().enumerate() {
         t[4 * i] = c as u8;

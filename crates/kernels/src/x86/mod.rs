@@ -8,6 +8,7 @@
 //! scalar sequence of operations for its row.
 
 pub mod avx2;
+pub mod avx2_gemm;
 pub(crate) mod quant;
 // Compiled only by rustc >= 1.89 (cfg set by build.rs), where the AVX-512
 // intrinsics are stable.
