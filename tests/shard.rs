@@ -339,6 +339,20 @@ fn change_tensor(file: &Path, name: &str) {
     std::fs::write(file, b).unwrap();
 }
 
+/// File -> the importance sha256 of its CQ4 input scales, for every
+/// manifest entry that has them.
+fn importance_shas(m: &serde_json::Value) -> BTreeMap<String, String> {
+    m["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            let sha = e["details"]["input_scales"]["importance_sha256"].as_str()?;
+            Some((e["file"].as_str()?.to_string(), sha.to_string()))
+        })
+        .collect()
+}
+
 fn resume(model: &Path, out: &Path, opts: &[&str]) -> serde_json::Value {
     let mut all = opts.to_vec();
     all.extend(["--resume", "--json"]);
@@ -357,18 +371,24 @@ fn resume_rewrites_exactly_the_changed_tensors_files() {
             "model.layers.1.mlp.down_proj.weight",
         ),
         (
+            "models/tiny-llama3-hf",
+            &["--bits", "4", "--input-scales", "none"][..],
+            "model.layers.1.mlp.down_proj.weight",
+        ),
+        (
             "models/tiny-llama-hf-bf16",
             &["--qtype", "q8_0"][..],
             "model.layers.0.self_attn.q_proj.weight",
         ),
     ] {
-        let tag = model.replace('/', "_");
+        let tag = format!("{}{}", model.replace('/', "_"), opts.len());
         let src = tmp.path().join(format!("src-{tag}"));
         copy_folder(&fixture(model), &src);
         let out = tmp.path().join(format!("out-{tag}"));
         let o = convert_into(&src, &out, opts);
         assert!(o.status.success(), "{}", stderr(&o));
         let before = inodes(&out);
+        let importance_before = importance_shas(&manifest(&out));
 
         // Nothing changed: every file is kept.
         let j = resume(&src, &out, opts);
@@ -382,7 +402,9 @@ fn resume_rewrites_exactly_the_changed_tensors_files() {
         let said = format!("({} kept from the previous run, 0 converted)", before.len());
         assert!(stderr(&o).contains(&said), "{}", stderr(&o));
 
-        // One tensor changed: exactly its file is written again.
+        // One tensor changed: exactly its file is written again, and the
+        // files whose input scales (FORMAT.md §CQ4.17: estimated from every
+        // layer's weights downstream of the embedding) changed with it.
         change_tensor(&src.join("model.safetensors"), tensor);
         let j = resume(&src, &out, opts);
         let after = inodes(&out);
@@ -398,10 +420,26 @@ fn resume_rewrites_exactly_the_changed_tensors_files() {
             .iter()
             .find(|e| e["tensor"] == tensor || e["hf_name"] == tensor)
             .unwrap();
-        assert_eq!(rewritten, vec![entry["file"].as_str().unwrap()], "{model}");
+        let importance_after = importance_shas(&m);
+        let mut want: Vec<&str> = importance_after
+            .iter()
+            .filter(|(f, sha)| importance_before.get(*f) != Some(sha))
+            .map(|(f, _)| f.as_str())
+            .chain([entry["file"].as_str().unwrap()])
+            .collect();
+        want.sort();
+        want.dedup();
+        if !opts.contains(&"--bits") || opts.contains(&"none") {
+            assert!(importance_after.is_empty(), "{model}: no input scales");
+        } else {
+            // The changed down_proj of the last layer feeds the final norm:
+            // the tied lm_head's estimate moves, the earlier layers' do not.
+            assert_eq!(want.len(), 2, "{model}: {want:?}");
+        }
+        assert_eq!(rewritten, want, "{model}");
         assert_eq!(
             j["reused_files"].as_u64().unwrap() as usize,
-            before.len() - 1
+            before.len() - want.len()
         );
         // And the result is a fresh run's, byte for byte.
         let fresh = tmp.path().join(format!("fresh-{tag}"));
