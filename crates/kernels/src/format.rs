@@ -39,9 +39,8 @@
 
 use ggml_quants::GgmlType;
 
-use crate::act::{
-    quantize_q8_0, quantize_q8_0_isa, quantize_q8_k, quantize_q8_k_isa, ActQ8_0, BlockQ8K,
-};
+use crate::act::{quantize_q8_0, quantize_q8_k, ActQ8_0, BlockQ8K};
+use crate::act_isa::{quantize_q8_0_isa, quantize_q8_k_isa};
 use crate::blocks::{
     iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, Iq4NlView,
     Iq4XsView, Q2KView, Q3KView, Q4KView, Q4_0View, Q4_1View, Q5KView, Q5_0View, Q5_1View, Q6KView,

@@ -119,6 +119,7 @@ macro_rules! forward_pair {
 #[cfg(target_arch = "aarch64")]
 pub mod aarch64;
 pub mod act;
+mod act_isa;
 pub mod aligned;
 pub mod blocks;
 pub mod dispatch;
