@@ -417,9 +417,15 @@ def quantize_hadamard(Wp, seed):
     """Wp: f64 [N, Kp]. Returns (indices uint8 [N, Kp], norms f64 [N, ng])."""
     N, Kp = Wp.shape
     ng = Kp // GS
+    idx, nu = hadamard_groups(Wp.reshape(N, ng, GS), seed)
+    return idx.reshape(N, Kp), nu
+
+
+def hadamard_groups(V, seed):
+    """§7.1 + §7.3 on groups V: f64 [..., 128]. Returns (indices uint8 [..., 128],
+    nu f64 [...])."""
     left, right, perm = hadamard_params(seed)
     cb, m, _, _ = codebook(128)
-    V = Wp.reshape(N, ng, GS)
     norm = _row_norms(V)
     u = V / norm[..., None]
     uf = (u + MAGIC) - MAGIC
@@ -427,7 +433,104 @@ def quantize_hadamard(Wp, seed):
     h = fwht(a)
     rot = (right[perm].astype(np.float64) * h[..., perm]) / SQRT128
     idx, s = refine_scales(rot, idx_of(rot, m), cb.astype(np.float64), m)
-    return idx.reshape(N, Kp), norm * s
+    return idx, norm * s
+
+
+# ---------------------------------------------------------------------------
+# §CQ4.18 GPTQ (--hessians)
+# ---------------------------------------------------------------------------
+def read_hessians(path):
+    """hessians.safetensors -> {module path: (H f32 [K, K], diag f32 [K] or None)};
+    '__' in a key stands for '/' (the engine's rule)."""
+    from safetensors.numpy import load_file
+    t = load_file(path)
+    out = {}
+    for k, v in t.items():
+        if k.endswith(".diag"):
+            continue
+        d = t.get(k + ".diag")
+        out[k.replace("__", "/")] = (np.asarray(v, dtype=np.float32), None if d is None else np.asarray(d, np.float32))
+    return out
+
+
+def gptq_gains(H, e, Kp):
+    """§18 steps 1-5: the gains G_g (128 x f, f = Kp - 128 (g + 1)) for g < ng - 1."""
+    K = H.shape[0]
+    A = np.zeros((Kp, Kp))
+    H64 = H.astype(np.float64)
+    A[:K, :K] = ((H64 + H64.T) * 0.5) * np.exp2(-(e[:, None] + e[None, :]).astype(np.float64))
+    for d in range(K, Kp):
+        A[d, d] = 1.0
+    damp = 0.01 * (seq_sum(np.diag(A).copy()) / float(Kp)) + 1e-6
+    for d in range(Kp):
+        A[d, d] = A[d, d] + damp
+    P = A[::-1, ::-1].copy()
+    L = np.zeros((Kp, Kp))
+    for j in range(Kp):
+        d = P[j, j]
+        if not (d > 0 and np.isfinite(d)):
+            raise EncodeError(f"Hessian not positive definite after damping (column {Kp - 1 - j})")
+        L[j, j] = np.sqrt(d)
+        col = P[j + 1:, j] / L[j, j]
+        L[j + 1:, j] = col
+        P[j + 1:, j + 1:] -= np.outer(col, col)
+    if not np.all(np.isfinite(L)):
+        raise EncodeError("Hessian: Cholesky factor not finite")
+    gains = []
+    for g in range(Kp // GS - 1):
+        f = Kp - GS * (g + 1)
+        Y = L[f:f + GS, :f].copy()
+        for c in range(f - 1, -1, -1):
+            x = Y[:, c] / L[c, c]
+            Y[:, c] = x
+            Y[:, :c] -= np.outer(x, L[c, :c])
+        gains.append(Y[::-1, ::-1].copy())
+    return gains
+
+
+def kernel_codebook(scb):
+    """§8: int8 codebook of the kernels, round_half_away(f32(scb) / cb_scale)."""
+    s32 = scb.astype(np.float32)
+    cb_scale = np.float32(np.maximum(np.max(np.abs(s32)) / np.float32(127.0), np.float32(1e-10)))
+    v = (s32 / cb_scale).astype(np.float64)
+    return np.sign(v) * np.floor(np.abs(v) + 0.5), float(cb_scale)
+
+
+def quantize_hadamard_gptq(Wp, seed, H, e):
+    """§18: Wp f64 [N, Kp] (scaled by 2^e); H f32 [K, K]; e int [K].
+    Returns (indices uint8 [N, Kp], nu f64 [N, ng])."""
+    N, Kp = Wp.shape
+    ng = Kp // GS
+    gains = gptq_gains(H, np.asarray(e, dtype=np.int64), Kp)
+    left, right, perm = hadamard_params(seed)
+    cb, _, _, _ = codebook(128)
+    cb64 = cb.astype(np.float64)
+    cb_factor = float(np.max(np.abs(cb64))) / 127.0
+    cbi8, cb_scale = kernel_codebook(fp16_from_f64(cb64 / cb_factor))
+    assert cb_scale == 1.0
+    work = Wp.copy()
+    idx = np.zeros((N, Kp), dtype=np.uint8)
+    nu = np.zeros((N, ng))
+    for g in range(ng):
+        B = slice(GS * g, GS * g + GS)
+        V = work[:, B].copy()
+        q, n = hadamard_groups(V, seed)
+        idx[:, B] = q
+        nu[:, g] = n
+        if g + 1 == ng:
+            break
+        nrm = fp16_from_f64(n * cb_factor).astype(np.float64)
+        y = cbi8[q]
+        z = np.zeros_like(y)
+        z[:, perm] = right[perm].astype(np.float64) * y
+        h = fwht(z)
+        rec = ((left.astype(np.float64) * h) / SQRT128) * nrm[:, None]
+        E = V - rec
+        G = gains[g]
+        F = slice(GS * (g + 1), Kp)
+        for i in range(GS):
+            work[:, F] += E[:, i:i + 1] * G[i][None, :]
+    return idx, nu
 
 
 def refine_scales(rot, idx0, cb64, m):
@@ -537,7 +640,7 @@ def read_imatrix(path):
     return out
 
 
-def encode_tensor(W, family, seed, importance=None):
+def encode_tensor(W, family, seed, importance=None, hessian=None):
     """W: f32 [N, K] (already materialised per the dtype policy); importance:
     f32 [K] (AWQ input scales, §CQ4.16, either family) or None.
     Returns the complete .cq4p.weights file bytes and a dict describing its regions."""
@@ -560,7 +663,15 @@ def encode_tensor(W, family, seed, importance=None):
 
     if family == "hadamard":
         cb, _, _, _ = codebook(128)
-        idx, norm = quantize_hadamard(Wp, seed)
+        if hessian is not None:
+            if hessian.shape != (K, K):
+                raise EncodeError(f"Hessian is {hessian.shape}, the matrix has {K} columns")
+            if not np.all(np.isfinite(hessian)):
+                raise EncodeError("Hessian: an entry is not finite")
+            e = exps if exps is not None else np.zeros(K, dtype=np.int64)
+            idx, norm = quantize_hadamard_gptq(Wp, seed, hessian, e)
+        else:
+            idx, norm = quantize_hadamard(Wp, seed)
         cb64 = cb.astype(np.float64)
         cb_factor = float(np.max(np.abs(cb64))) / 127.0
         scb = fp16_from_f64(cb64 / cb_factor)
@@ -941,9 +1052,11 @@ def family_of(name, shape):
 
 
 def encode_model(model, outdir, torch_dtype, seed, only=None, verbose=True, imatrix=None,
-                 input_scales="auto"):
+                 input_scales="auto", hessians=None):
     tensors = read_model(model)
     im = read_imatrix(imatrix) if imatrix else {}
+    hs = read_hessians(hessians) if hessians else {}
+    info = model_info(model, tensors) if hs else None
     est = {}
     if input_scales == "auto":
         est, why = importance_estimate(model_info(model, tensors), tensors, torch_dtype)
@@ -961,9 +1074,18 @@ def encode_model(model, outdir, torch_dtype, seed, only=None, verbose=True, imat
         t0 = time.time()
         W = materialize(load(), torch_dtype, name)
         imp = im.get(name)
+        hess = None
+        if hs and fam == "hadamard":
+            # §18: the Hugging Face module path (a GGUF name mapped).
+            hf = hf_name_of(info[0], name) if info[1] else name
+            entry = hs.get(hf[:-len(".weight")] if hf and hf.endswith(".weight") else hf)
+            if entry is not None:
+                hess = entry[0]
+                if imp is None:
+                    imp = entry[1] if entry[1] is not None else np.diag(entry[0]).copy()
         if imp is None:
             imp = est.get(name)
-        blob, _ = encode_tensor(W, fam, seed, imp)
+        blob, _ = encode_tensor(W, fam, seed, imp, hess)
         fn = names[name] + ".cq4p.weights"
         with open(os.path.join(outdir, fn), "wb") as f:
             f.write(blob)
@@ -1252,6 +1374,27 @@ def make_edge_gguf(path):
     return 0
 
 
+def make_edge_hessians(path):
+    """Hessians for the edge GGUF's Hadamard matrices (K = 100, 384, 300): X^T X / n of
+    heavy-tailed inputs with uneven column scales, a dead column (zero row and column),
+    a slightly asymmetric pair (the encoder symmetrizes), the .diag of one omitted."""
+    from safetensors.numpy import save_file
+    rng = np.random.default_rng(20261203)
+    out = {}
+    for module, K, diag in [("model.layers.0.self_attn.q_proj", 100, True),
+                            ("model.layers.0.self_attn.k_proj", 384, True),
+                            ("model.layers.0.mlp.down_proj", 300, False)]:
+        X = rng.standard_t(4, (2 * K, K)) * np.exp(rng.standard_normal(K))[None, :]
+        X[:, 7] = 0.0
+        H = (X.T @ X / (2 * K)).astype(np.float32)
+        H[3, 5] = np.nextafter(H[3, 5], np.float32(np.inf))
+        out[module] = H
+        if diag:
+            out[module + ".diag"] = np.diag(H).copy()
+    save_file(out, path)
+    return 0
+
+
 # ---------------------------------------------------------------------------
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -1270,6 +1413,10 @@ def main(argv=None):
                     help="llama.cpp GGUF importance matrix: AWQ input scales (§CQ4.16)")
     ap.add_argument("--input-scales", default="auto", choices=["auto", "none"],
                     help="auto: the §CQ4.17 data-free importance for matrices without an imatrix entry")
+    ap.add_argument("--hessians", default=None, metavar="FILE",
+                    help="the engine's hessians.safetensors: GPTQ for Hadamard matrices (§CQ4.18)")
+    ap.add_argument("--make-edge-hessians", metavar="PATH",
+                    help="write Hessians for the synthetic edge-case GGUF's Hadamard matrices")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
     if args.self_test:
@@ -1278,6 +1425,8 @@ def main(argv=None):
         return diff_files(*args.diff)
     if args.make_edge_gguf:
         return make_edge_gguf(args.make_edge_gguf)
+    if args.make_edge_hessians:
+        return make_edge_hessians(args.make_edge_hessians)
     if not args.model or not args.outdir:
         ap.error("MODEL and OUTDIR are required")
     aliases = {"float32": "float32", "f32": "float32", "fp32": "float32",
@@ -1291,7 +1440,7 @@ def main(argv=None):
         t0 = time.time()
         written = encode_model(args.model, args.outdir, aliases[args.torch_dtype], seed, only,
                                verbose=not args.quiet, imatrix=args.imatrix,
-                               input_scales=args.input_scales)
+                               input_scales=args.input_scales, hessians=args.hessians)
     except EncodeError as e:
         print(f"reference_encoder: error: {e}", file=sys.stderr)
         return 2

@@ -561,6 +561,19 @@ pub struct ConvertArgs {
     #[arg(long, value_name = "FILE")]
     pub imatrix: Option<PathBuf>,
 
+    /// With --bits 4: the engine's calibration Hessians
+    /// (`hessians.safetensors`, as its converter or `scripts/hessians`
+    /// writes them; keys are Hugging Face module paths such as
+    /// `model.layers.0.mlp.down_proj`). Every Hadamard-family CQ4 matrix
+    /// with an entry is quantized with GPTQ (FORMAT.md §CQ4.18: each
+    /// 128-column group's error, as the kernels will reconstruct it, is
+    /// compensated in the later columns; deterministic to the byte), and
+    /// its input scales come from the entry's diagonal unless --imatrix has
+    /// the matrix. Costs about K^3/3 flops per matrix and 4 K^2 bytes of
+    /// memory while it is quantized (K = its input width).
+    #[arg(long, requires = "bits", value_name = "FILE")]
+    pub hessians: Option<PathBuf>,
+
     /// Keep mode: rows interleaved per group in sidecar files (4 = R4, 8 =
     /// R8; default 8).
     #[arg(long, value_enum, value_name = "4|8")]

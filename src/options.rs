@@ -57,6 +57,17 @@ pub struct ImatrixInput {
     pub data: model_sources::imatrix::Imatrix,
 }
 
+/// `--hessians`: the mapped file and its sha256.
+#[derive(Debug)]
+pub struct HessiansInput {
+    /// sha256 of the file.
+    pub sha256: String,
+    /// Its entries.
+    pub data: model_sources::hessians::Hessians,
+    /// `hessian_metadata.json`'s `sample_counts` (empty without the file).
+    pub samples: std::collections::BTreeMap<String, u64>,
+}
+
 /// Everything that decides the output bytes, plus how to run.
 #[derive(Debug)]
 pub struct Options {
@@ -64,6 +75,8 @@ pub struct Options {
     pub dtype: TorchDtype,
     /// `--imatrix` (with `--qtype`, or `--bits 4` for CQ4 input scales).
     pub imatrix: Option<ImatrixInput>,
+    /// `--hessians` (with `--bits 4`: GPTQ for the Hadamard-family matrices).
+    pub hessians: Option<HessiansInput>,
     /// The mode.
     pub mode: Mode,
     /// Worker threads (never changes bytes).
@@ -169,9 +182,25 @@ impl Options {
                 })
             }
         };
+        let hessians = match &args.hessians {
+            None => None,
+            Some(path) => {
+                let data = model_sources::hessians::Hessians::open(path)?;
+                let samples = match model_sources::hessians::metadata_path(path) {
+                    None => Default::default(),
+                    Some(m) => sample_counts(&m)?,
+                };
+                Some(HessiansInput {
+                    sha256: crate::outdir::sha256(data.bytes()),
+                    data,
+                    samples,
+                })
+            }
+        };
         Ok(Options {
             dtype: args.torch_dtype.into(),
             imatrix,
+            hessians,
             mode,
             threads,
         })
@@ -197,6 +226,13 @@ impl Options {
                     model_sources::imatrix::ImatrixFormat::Dat => "dat",
                 },
                 "entries": im.data.entries.len(),
+            });
+        }
+        if let Some(h) = &self.hessians {
+            j["hessians"] = serde_json::json!({
+                "file": h.data.path().file_name().map(|n| n.to_string_lossy().into_owned()),
+                "sha256": h.sha256,
+                "entries": h.data.len(),
             });
         }
         j
@@ -257,4 +293,27 @@ impl Options {
             }
         }
     }
+}
+
+/// `sample_counts` of the engine's `hessian_metadata.json` (module path ->
+/// calibration samples); a file that is not a JSON object with such a map
+/// of counts is bad input.
+fn sample_counts(path: &std::path::Path) -> Result<std::collections::BTreeMap<String, u64>> {
+    let bytes = model_sources::mmap::read_regular(path, 1 << 26)?;
+    let bad = |why: &str| bad_input(format!("{}: {why}", path.display()));
+    let j: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| bad(&format!("not JSON: {e}")))?;
+    let Some(m) = j.get("sample_counts") else {
+        return Ok(Default::default());
+    };
+    let m = m
+        .as_object()
+        .ok_or_else(|| bad("sample_counts is not an object"))?;
+    m.iter()
+        .map(|(k, v)| {
+            v.as_u64()
+                .map(|n| (k.clone(), n))
+                .ok_or_else(|| bad(&format!("sample_counts['{k}'] is not a count")))
+        })
+        .collect()
 }

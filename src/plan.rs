@@ -203,6 +203,20 @@ pub struct Job<'c> {
     /// `--imatrix`: the importance of each column (requantized sidecars
     /// whose tensor has an entry).
     pub imatrix: Option<&'c [f32]>,
+    /// `--hessians`: the Hadamard-family CQ4 matrix's Hessian (GPTQ) and
+    /// its diagonal (input scales when `--imatrix` has no entry).
+    pub hessian: Option<JobHessian<'c>>,
+}
+
+/// A matrix's `--hessians` entry.
+#[derive(Debug)]
+pub struct JobHessian<'c> {
+    /// Its Hugging Face module path (the key).
+    pub module: String,
+    /// The matrix.
+    pub matrix: model_sources::hessians::HessianRef<'c>,
+    /// Its diagonal (the importance for the input scales).
+    pub diag: Vec<f32>,
 }
 
 /// The plan of a conversion.
@@ -333,6 +347,7 @@ pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
                     file,
                     transform: e.transform,
                     imatrix: importance(cat, t, action, opts)?,
+                    hessian: hessian(cat, t, action, opts)?,
                     engine: Some(e),
                 }
             }
@@ -349,6 +364,7 @@ pub fn plan<'c>(cat: &'c Catalogue, opts: &'c Options) -> Result<Plan<'c>> {
                     transform: Transform::NONE,
                     engine: None,
                     imatrix: importance(cat, t, action, opts)?,
+                    hessian: hessian(cat, t, action, opts)?,
                 }
             }
         };
@@ -506,6 +522,59 @@ fn importance<'c>(
     im.data
         .for_tensor(&name, k, 1)
         .map_err(|why| bad_input(format!("{}: {}: {why}", at(cat, t), im.path.display())))
+}
+
+/// `--hessians`: a Hadamard-family CQ4 matrix's entry, looked up by its
+/// Hugging Face module path (a GGUF source's names are mapped), with its
+/// diagonal. An entry of another width is bad input.
+fn hessian<'c>(
+    cat: &Catalogue,
+    t: &Tensor,
+    action: Action,
+    opts: &'c Options,
+) -> Result<Option<JobHessian<'c>>> {
+    let Some(hs) = &opts.hessians else {
+        return Ok(None);
+    };
+    if !matches!(
+        action,
+        Action::Panels {
+            family: cq4::Family::Hadamard,
+            ..
+        }
+    ) {
+        return Ok(None);
+    }
+    let hf = match cat.kind {
+        SourceKind::Gguf { .. } => {
+            let arch =
+                crate::importance::gguf_architecture(cat.architecture.as_deref().unwrap_or(""));
+            match model_sources::hf::hf_tensor(arch, &t.name, &[]) {
+                model_sources::hf::HfTensor::Mapped { name, .. } => name,
+                _ => return Ok(None),
+            }
+        }
+        _ => t.name.clone(),
+    };
+    let module = hf.strip_suffix(".weight").unwrap_or(&hf);
+    let Some(h) = hs.data.get(module) else {
+        return Ok(None);
+    };
+    let k = *t.shape.last().unwrap_or(&0) as usize;
+    if h.k != k {
+        return Err(bad_input(format!(
+            "{}: {}: Hessian '{module}' is {} x {}, the matrix has {k} input columns",
+            at(cat, t),
+            hs.data.path().display(),
+            h.k,
+            h.k
+        )));
+    }
+    Ok(Some(JobHessian {
+        module: module.to_string(),
+        diag: h.diagonal(),
+        matrix: h,
+    }))
 }
 
 fn at(cat: &Catalogue, t: &Tensor) -> String {

@@ -347,3 +347,136 @@ fn imatrix_input_scales_are_stored_and_undone_by_qdq() {
     );
     assert!(err_awq < 1.1 * err_plain, "{err_awq} vs {err_plain}");
 }
+
+/// A one-entry Hessian file (`module` -> the `k x k` matrix `h`).
+fn hessian_file(path: &Path, module: &str, k: usize, h: impl Fn(usize, usize) -> f32) {
+    let header = format!(
+        r#"{{"{module}":{{"dtype":"F32","shape":[{k},{k}],"data_offsets":[0,{}]}}}}"#,
+        4 * k * k
+    );
+    let mut b = common::safetensors_bytes(&header, 0);
+    for i in 0..k {
+        for j in 0..k {
+            b.extend_from_slice(&h(i, j).to_le_bytes());
+        }
+    }
+    std::fs::write(path, b).unwrap();
+}
+
+/// `--hessians` (FORMAT.md §CQ4.18) with the committed Hessians of the
+/// tiny llama3 (made by `scripts/hessians`): every matmul with an entry is
+/// marked GPTQ in manifest.json and in the engine's conversion manifest
+/// (with its calibration sample count), its input scales come from the
+/// entry's diagonal, the bytes are deterministic; the embeddings have
+/// none. (The bytes of GPTQ itself are checked by scripts/reference_check
+/// against the independent encoder on matrices of several groups.)
+#[test]
+fn hessians_mark_gptq_and_feed_the_input_scales() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hs = fixture("hessians/tiny-llama3/hessians.safetensors");
+    let hs = hs.to_str().unwrap();
+    let model = "models/tiny-llama3.gguf";
+    common::assert_deterministic(tmp.path(), model, &["--bits", "4", "--hessians", hs]);
+    let out = tmp.path().join("engine");
+    let o = convert([
+        fixture(model).as_os_str(),
+        out.as_os_str(),
+        "--bits".as_ref(),
+        "4".as_ref(),
+        "--hessians".as_ref(),
+        hs.as_ref(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m = manifest(&out);
+    let mut gptq = 0;
+    for t in m["tensors"].as_array().unwrap() {
+        let d = &t["details"];
+        let name = t["tensor"].as_str().unwrap();
+        if d["gptq"].is_object() {
+            gptq += 1;
+            assert_eq!(d["gptq"]["samples"], 8, "{name}");
+            assert_eq!(d["input_scales"]["from"], "hessians", "{name}");
+        } else if t["layout"] == "cq4_packed_panels" {
+            assert_eq!(
+                d["family"], "orthogonal",
+                "{name}: only embeddings lack GPTQ"
+            );
+        }
+    }
+    assert_eq!(gptq, 14);
+    let conv: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("conversion_manifest.json")).unwrap())
+            .unwrap();
+    let used: Vec<_> = conv
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["gptq_used"] == true)
+        .collect();
+    assert_eq!(used.len(), 14);
+    for r in used {
+        assert_eq!(r["hessian_samples"], 8);
+        assert!(r["hessian_missing_reason"].is_null());
+    }
+    assert_eq!(m["options"]["hessians"]["entries"], 14);
+}
+
+/// Hessians that cannot be used are bad input (exit 2), named on one line
+/// with the tensor and the file, and nothing is written.
+#[test]
+fn unusable_hessians_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fixture("models/tiny-llama3.gguf");
+    let module = "model.layers.0.mlp.down_proj";
+    for (name, k, h, says) in [
+        (
+            "width",
+            64,
+            &(|i: usize, j: usize| (i == j) as u8 as f32) as &dyn Fn(usize, usize) -> f32,
+            "is 64 x 64, the matrix has 128 input columns",
+        ),
+        (
+            "negative",
+            128,
+            &|i: usize, j: usize| -((i == j) as u8 as f32),
+            "positive definite",
+        ),
+        (
+            "nan",
+            128,
+            &|i: usize, _| if i == 3 { f32::NAN } else { 1.0 },
+            "not finite",
+        ),
+    ] {
+        let p = tmp.path().join(format!("{name}.safetensors"));
+        hessian_file(&p, module, k, h);
+        let out = tmp.path().join(format!("out-{name}"));
+        let o = convert([
+            model.as_os_str(),
+            out.as_os_str(),
+            "--bits".as_ref(),
+            "4".as_ref(),
+            "--hessians".as_ref(),
+            p.as_os_str(),
+        ]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{name}: {e}");
+        let line = e
+            .lines()
+            .find(|l| l.contains(says))
+            .unwrap_or_else(|| panic!("{name}: {e}"));
+        assert!(
+            line.contains("blk.0.ffn_down") && line.contains(&format!("{name}.safetensors")),
+            "{line}"
+        );
+        assert!(!out.exists(), "{name}: no output folder");
+    }
+    // Without --bits: a usage error.
+    let o = convert([
+        model.as_os_str(),
+        tmp.path().join("x").as_os_str(),
+        "--hessians".as_ref(),
+        tmp.path().join("width.safetensors").as_os_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -297,18 +297,26 @@ fn rows(
                     _ => serde_json::Value::Null,
                 },
             );
-            m.insert("gptq_used".into(), json!(false));
-            // The engine's converter expects GPTQ calibration for every CQ
-            // matmul (not for embeddings); convert has none yet.
+            // `--hessians`: the matrices quantized with GPTQ (§CQ4.18). The
+            // engine's converter expects GPTQ calibration for every CQ
+            // matmul (not for embeddings) and says so where it had none.
+            let gptq = e.details.as_ref().and_then(|d| d.get("gptq"));
+            m.insert("gptq_used".into(), json!(gptq.is_some()));
             m.insert(
                 "hessian_missing_reason".into(),
-                if cq4 && !embedding {
+                if cq4 && !embedding && gptq.is_none() {
                     json!("expected GPTQ target had zero samples")
                 } else {
                     serde_json::Value::Null
                 },
             );
-            m.insert("hessian_samples".into(), json!(0));
+            m.insert(
+                "hessian_samples".into(),
+                json!(gptq
+                    .and_then(|g| g.get("samples"))
+                    .and_then(|s| s.as_u64())
+                    .unwrap_or(0)),
+            );
             m.insert("output_file".into(), json!(file));
             m.insert(
                 "policy".into(),

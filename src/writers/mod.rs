@@ -38,16 +38,17 @@ impl Ctx<'_> {
 }
 
 /// A CQ4 job's importance vector and where it comes from: its `--imatrix`
-/// entry, else the data-free estimate (`--input-scales auto`), else none
-/// (FORMAT.md §CQ4.16).
-pub fn importance<'a>(ctx: &Ctx<'a>, job: &Job<'a>) -> Option<(&'a [f32], &'static str)> {
+/// entry, else its `--hessians` entry's diagonal, else the data-free
+/// estimate (`--input-scales auto`), else none (FORMAT.md §CQ4.16).
+pub fn importance<'a>(ctx: &Ctx<'a>, job: &'a Job<'a>) -> Option<(&'a [f32], &'static str)> {
     if !matches!(job.action, Action::Panels { .. }) {
         return None;
     }
-    match (job.imatrix, ctx.estimate) {
-        (Some(a), _) => Some((a, "imatrix")),
-        (None, Some(e)) => e.get(&job.tensor.name).map(|a| (a, "estimate")),
-        (None, None) => None,
+    match (job.imatrix, &job.hessian, ctx.estimate) {
+        (Some(a), _, _) => Some((a, "imatrix")),
+        (None, Some(h), _) => Some((&h.diag, "hessians")),
+        (None, None, Some(e)) => e.get(&job.tensor.name).map(|a| (a, "estimate")),
+        (None, None, None) => None,
     }
 }
 

@@ -43,6 +43,31 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
             .with_input_exponents(&exps)
             .with_context(|| ctx.at(job))?;
     }
+    let mut gptq = None;
+    if let Some(h) = &job.hessian {
+        let exps = enc.input_exponents();
+        let gq = cq4::gptq::Gptq::new(h.matrix.matrix, k, Some(&exps[..k])).with_context(|| {
+            format!(
+                "{}: GPTQ with {}",
+                ctx.at(job),
+                ctx.opts.hessians.as_ref().map_or_else(String::new, |h| h
+                    .data
+                    .path()
+                    .display()
+                    .to_string())
+            )
+        })?;
+        enc = enc
+            .with_gptq(std::sync::Arc::new(gq))
+            .with_context(|| ctx.at(job))?;
+        let samples = ctx
+            .opts
+            .hessians
+            .as_ref()
+            .and_then(|hs| hs.samples.get(&h.module).copied())
+            .unwrap_or(0);
+        gptq = Some(serde_json::json!({"module": h.module, "k": k, "samples": samples}));
+    }
     let g = enc.geometry();
     let ng = g.num_groups();
     let sbb = g.superblock_bytes();
@@ -87,6 +112,9 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
         "super_blocks": g.sb64(),
         "seed": bundle.seed(),
     });
+    if let Some(g) = gptq {
+        details["gptq"] = g;
+    }
     if let Some((c, from, sha)) = scaled_columns {
         details["input_scales"] =
             serde_json::json!({"from": from, "scaled_columns": c, "importance_sha256": sha});

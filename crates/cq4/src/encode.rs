@@ -12,7 +12,8 @@ use weights_file::Header;
 use crate::codebook::{self, cb_scale_of, codebook_i8, index_of, Codebook, LEVELS};
 use crate::decode::{decode_rows, Decoder, RtSource};
 use crate::error::Cq4Error;
-use crate::hadamard::{HadamardRotation, FIXED_MAGIC, HADAMARD_N};
+use crate::gptq::Gptq;
+use crate::hadamard::{fwht128, sqrt128, HadamardRotation, FIXED_MAGIC, HADAMARD_N};
 use crate::hadamard_quant::{Batch, BatchIdx, HadamardQuant, LANES};
 use crate::orthogonal::OrthogonalRotation;
 use crate::simd::{self, APack, EncodeIsa, KB, MR, NR};
@@ -155,6 +156,7 @@ impl Bundle {
             decoder,
             fallbacks: AtomicU64::new(0),
             input_scale: None,
+            gptq: None,
             isa: EncodeIsa::best(),
             hquant,
         })
@@ -285,6 +287,8 @@ pub struct PanelEncoder {
     input_scale: Option<Vec<f32>>,
     isa: EncodeIsa,
     hquant: HadamardQuant,
+    /// GPTQ gains (Hadamard family, [`PanelEncoder::with_gptq`]).
+    gptq: Option<Arc<Gptq>>,
 }
 
 impl std::fmt::Debug for PanelEncoder {
@@ -524,11 +528,14 @@ impl PanelEncoder {
                         };
                         debug_assert!(cnt <= nrows);
                         panel.fill(0);
-                        let r = match self.family {
-                            Family::Hadamard => {
+                        let r = match (self.family, &self.gptq) {
+                            (Family::Hadamard, Some(gq)) => {
+                                self.hadamard_superblock_gptq(gq, row0, sb_rows, cnt, panel, norms)
+                            }
+                            (Family::Hadamard, None) => {
                                 self.hadamard_superblock(row0, sb_rows, cnt, panel, norms)
                             }
-                            Family::Orthogonal => self
+                            (Family::Orthogonal, _) => self
                                 .orthogonal_superblock(scratch, row0, sb_rows, cnt, panel, norms),
                         };
                         scratch.scaled = scaled;
@@ -605,6 +612,116 @@ impl PanelEncoder {
             }
         }
         Ok(())
+    }
+
+    /// Hadamard family with GPTQ (§CQ4.18): the super-block's rows as f64
+    /// working rows; group by group, the rows' items through the batch
+    /// quantizer ([`LANES`] rows at a time, each exactly §7.1/§7.3 on the
+    /// working values), then each row's reconstruction with the stored
+    /// norm and the int8 codebook, and its error carried into the row's
+    /// later columns. Errors: the lowest row's first.
+    fn hadamard_superblock_gptq(
+        &self,
+        gq: &Gptq,
+        row0: usize,
+        rows: &[f32],
+        cnt: usize,
+        panel: &mut [u8],
+        norms: &mut [u16],
+    ) -> Result<(), Cq4Error> {
+        let (k, kp) = (self.k, self.kp());
+        let ng = self.geometry.num_groups();
+        for c in 0..cnt {
+            self.check_finite(row0 + c, &rows[c * k..(c + 1) * k])?;
+        }
+        let mut work = vec![0.0f64; cnt * kp];
+        for (w, r) in work.chunks_exact_mut(kp).zip(rows.chunks_exact(k)) {
+            for (d, &x) in w.iter_mut().zip(r) {
+                *d = x as f64;
+            }
+        }
+        let cbi8 = self.cb_i8();
+        let mut failed: Option<(usize, Cq4Error)> = None;
+        let mut x: Batch = [[0.0; LANES]; HADAMARD_N];
+        let mut idx: BatchIdx = [[0; LANES]; HADAMARD_N];
+        for g in 0..ng {
+            let lo = g * HADAMARD_N;
+            for c0 in (0..cnt).step_by(LANES) {
+                let m = (cnt - c0).min(LANES);
+                for l in 0..LANES {
+                    for (i, v) in x.iter_mut().enumerate() {
+                        v[l] = if l < m {
+                            work[(c0 + l) * kp + lo + i]
+                        } else {
+                            0.0
+                        };
+                    }
+                }
+                let norm = simd::hadamard_batch(self.isa, &self.hquant, &mut x, &mut idx);
+                for l in 0..m {
+                    let c = c0 + l;
+                    for (kg, q) in idx.chunks_exact(4).enumerate() {
+                        let byte = (g * (GROUP_SIZE / 4) + kg) * 128 + 2 * c;
+                        panel[byte] = q[0][l] | (q[1][l] << 4);
+                        panel[byte + 1] = q[2][l] | (q[3][l] << 4);
+                    }
+                    let bits = match self.stored_norm(row0 + c, g, norm[l]) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            if failed.as_ref().is_none_or(|(r, _)| c < *r) {
+                                failed = Some((c, e));
+                            }
+                            0
+                        }
+                    };
+                    norms[c * ng + g] = bits;
+                    if g + 1 == ng {
+                        continue;
+                    }
+                    let mut q = [0u8; HADAMARD_N];
+                    for (d, s) in q.iter_mut().zip(idx.iter()) {
+                        *d = s[l];
+                    }
+                    let rec = self.reconstruct(&cbi8, &q, bits);
+                    let row = &mut work[c * kp..(c + 1) * kp];
+                    let (head, rest) = row.split_at_mut(lo + HADAMARD_N);
+                    let mut err = [0.0f64; HADAMARD_N];
+                    for ((e, &v), &r) in err.iter_mut().zip(&head[lo..]).zip(&rec) {
+                        *e = v - r;
+                    }
+                    gq.update(g, &err, rest);
+                }
+            }
+        }
+        match failed {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// One Hadamard group as the kernels compute it (§CQ4.18 step 6): the
+    /// int8 codebook (`cb_scale` is 1 for this family) through the inverse
+    /// rotation, times the stored norm, in the scaled coordinates.
+    fn reconstruct(
+        &self,
+        cbi8: &[i8; LEVELS],
+        q: &[u8; HADAMARD_N],
+        nrm_bits: u16,
+    ) -> [f64; HADAMARD_N] {
+        let had = &self.hadamard;
+        let nrm = f16_bits_to_f64(nrm_bits);
+        let s128 = sqrt128();
+        let mut z = [0.0f64; HADAMARD_N];
+        for (j, &qj) in q.iter().enumerate() {
+            let p = had.perm[j] as usize;
+            z[p] = had.right[p] as f64 * cbi8[qj as usize] as f64;
+        }
+        fwht128(&mut z);
+        let mut out = [0.0f64; HADAMARD_N];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = ((had.left[i] as f64 * z[i]) / s128) * nrm;
+        }
+        out
     }
 
     /// Orthogonal family. For each row: `norm` over all `Kp` values, `uf` on
@@ -787,6 +904,33 @@ impl PanelEncoder {
             }
         }
         e
+    }
+
+    /// This encoder with GPTQ (FORMAT.md §CQ4.18; Hadamard family only):
+    /// each row's groups are quantized in order and each group's error is
+    /// compensated in the row's later columns with `gptq`'s gains, which
+    /// must have been made for this tensor's `K` and the exponents of
+    /// [`Self::with_input_exponents`] (set those first).
+    pub fn with_gptq(mut self, gptq: Arc<Gptq>) -> Result<Self, Cq4Error> {
+        if self.family != Family::Hadamard {
+            return Err(Cq4Error::BadRotation(
+                "GPTQ is defined for the Hadamard family only",
+            ));
+        }
+        if gptq.kp() != self.kp() {
+            return Err(Cq4Error::BufferLength {
+                what: "GPTQ gains (Kp columns)",
+                expected: self.kp(),
+                got: gptq.kp(),
+            });
+        }
+        self.gptq = Some(gptq);
+        Ok(self)
+    }
+
+    /// Whether GPTQ is on.
+    pub fn has_gptq(&self) -> bool {
+        self.gptq.is_some()
     }
 
     /// The whole `N x K` tensor (row-major f32) in one call: its panels and

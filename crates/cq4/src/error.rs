@@ -92,6 +92,9 @@ pub enum Cq4Error {
         /// The f64 norm.
         norm: f64,
     },
+    /// A GPTQ Hessian that cannot be used (§CQ4.18).
+    #[error("Hessian: {0}")]
+    BadHessian(String),
     /// A row index past N.
     #[error("row {row} out of range (N = {n})")]
     RowOutOfRange {

@@ -28,6 +28,7 @@ pub mod codebook;
 mod decode;
 mod encode;
 mod error;
+pub mod gptq;
 pub mod hadamard;
 mod hadamard_quant;
 pub mod importance;

@@ -169,6 +169,9 @@ pub enum ErrorKind {
     /// An importance matrix file that is not what llama.cpp writes.
     #[error("importance matrix: {0}")]
     BadImatrix(String),
+    /// A Hessian file that is not what the engine's calibration writes.
+    #[error("Hessians: {0}")]
+    BadHessians(String),
 }
 
 /// Shorthand used in the readers.

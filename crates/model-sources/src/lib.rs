@@ -15,6 +15,7 @@
 pub mod catalogue;
 pub mod error;
 pub mod gguf;
+pub mod hessians;
 pub mod hf;
 pub mod imatrix;
 pub mod mmap;
