@@ -142,43 +142,98 @@ fn factor(h: &[u8], k: usize, kp: usize, exps: Option<&[i8]>) -> Result<Vec<f64>
             l[i * kp + j] = if i == j { v + damp } else { v };
         }
     }
-    // Cholesky-Banachiewicz, row by row: every entry's products are
-    // subtracted in ascending t, as the right-looking (outer product)
-    // form does.
+    cholesky(&mut l, kp)?;
+    Ok(l)
+}
+
+/// Step 4 in place on the lower triangle of `l` (`kp x kp`, row-major):
+/// Cholesky-Banachiewicz, row by row; every entry's products are
+/// subtracted in ascending `t`, as the right-looking (outer product) form
+/// does. Off-diagonal entries are computed [`CHAINS`] at a time (their sums
+/// over the columns before the block are independent chains, then each
+/// finishes its own sum in order), which gives the same operations on each
+/// entry in the same order as [`cholesky_reference`] (tested bit for bit).
+fn cholesky(l: &mut [f64], kp: usize) -> Result<(), Cq4Error> {
     for i in 0..kp {
         let (done, row) = l.split_at_mut(i * kp);
         let row = &mut row[..kp];
-        for j in 0..=i {
-            let lj = &done.get(j * kp..j * kp + kp);
-            let mut acc = row[j];
-            if j < i {
-                let lj = lj.expect("row j < i is done");
-                for (a, b) in row[..j].iter().zip(&lj[..j]) {
-                    acc -= a * b;
+        let mut j0 = 0;
+        while j0 + CHAINS <= i {
+            let mut acc = [0.0f64; CHAINS];
+            acc.copy_from_slice(&row[j0..j0 + CHAINS]);
+            let rows: [&[f64]; CHAINS] =
+                std::array::from_fn(|c| &done[(j0 + c) * kp..(j0 + c) * kp + j0 + c + 1]);
+            for (t, &a) in row[..j0].iter().enumerate() {
+                for c in 0..CHAINS {
+                    acc[c] -= a * rows[c][t];
                 }
-                row[j] = acc / lj[j];
-            } else {
-                for a in &row[..j] {
-                    acc -= a * a;
-                }
-                if !(acc > 0.0 && acc.is_finite()) {
-                    return Err(Cq4Error::BadHessian(format!(
-                        "not positive definite after damping (pivot {acc:e} at column {})",
-                        kp - 1 - i
-                    )));
-                }
-                row[j] = acc.sqrt();
             }
-            if !row[j].is_finite() {
-                return Err(Cq4Error::BadHessian(format!(
-                    "Cholesky factor not finite at ({}, {})",
-                    kp - 1 - i,
-                    kp - 1 - j
-                )));
+            for c in 0..CHAINS {
+                for t in j0..j0 + c {
+                    acc[c] -= row[t] * rows[c][t];
+                }
+                row[j0 + c] = acc[c] / rows[c][j0 + c];
+                check_entry(row[j0 + c], i, j0 + c, kp)?;
             }
+            j0 += CHAINS;
+        }
+        for j in j0..=i {
+            entry(done, row, i, j, kp)?;
         }
     }
-    Ok(l)
+    Ok(())
+}
+
+/// Independent sums per row in [`cholesky`].
+const CHAINS: usize = 8;
+
+/// One entry `(i, j)`, `j <= i`, of step 4 (`done`: rows `0..i` of `L`).
+fn entry(done: &[f64], row: &mut [f64], i: usize, j: usize, kp: usize) -> Result<(), Cq4Error> {
+    let mut acc = row[j];
+    if j < i {
+        let lj = &done[j * kp..j * kp + kp];
+        for (a, b) in row[..j].iter().zip(&lj[..j]) {
+            acc -= a * b;
+        }
+        row[j] = acc / lj[j];
+    } else {
+        for a in &row[..j] {
+            acc -= a * a;
+        }
+        if !(acc > 0.0 && acc.is_finite()) {
+            return Err(Cq4Error::BadHessian(format!(
+                "not positive definite after damping (pivot {acc:e} at column {})",
+                kp - 1 - i
+            )));
+        }
+        row[j] = acc.sqrt();
+    }
+    check_entry(row[j], i, j, kp)
+}
+
+fn check_entry(v: f64, i: usize, j: usize, kp: usize) -> Result<(), Cq4Error> {
+    if v.is_finite() {
+        Ok(())
+    } else {
+        Err(Cq4Error::BadHessian(format!(
+            "Cholesky factor not finite at ({}, {})",
+            kp - 1 - i,
+            kp - 1 - j
+        )))
+    }
+}
+
+/// Step 4 one entry at a time (the transcription [`cholesky`] is tested
+/// against).
+#[cfg(test)]
+fn cholesky_reference(l: &mut [f64], kp: usize) -> Result<(), Cq4Error> {
+    for i in 0..kp {
+        let (done, row) = l.split_at_mut(i * kp);
+        for j in 0..=i {
+            entry(done, &mut row[..kp], i, j, kp)?;
+        }
+    }
+    Ok(())
 }
 
 /// Step 5: `G_g[i][c] = X[127 - i][f - 1 - c]` where `X L_ff = L[f..f+128][0..f]`
@@ -361,6 +416,25 @@ mod tests {
         let bits = |g: &Gptq| g.gain_of(0).iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&scaled), bits(&same));
         assert_ne!(bits(&scaled), bits(&plain));
+    }
+
+    #[test]
+    fn blocked_cholesky_equals_the_entrywise_one() {
+        for k in [5usize, 8, 9, 17, 130] {
+            let h = hessian(k, 2 * k + 3, k as u64);
+            let kp = k;
+            let mut a = vec![0.0f64; kp * kp];
+            for i in 0..kp {
+                for j in 0..=i {
+                    a[i * kp + j] = h[i * k + j] as f64 + if i == j { 0.1 } else { 0.0 };
+                }
+            }
+            let mut b = a.clone();
+            cholesky(&mut a, kp).unwrap();
+            cholesky_reference(&mut b, kp).unwrap();
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a), bits(&b), "k {k}");
+        }
     }
 
     #[test]
