@@ -569,8 +569,8 @@ pub struct ConvertArgs {
     /// 128-column group's error, as the kernels will reconstruct it, is
     /// compensated in the later columns; deterministic to the byte), and
     /// its input scales come from the entry's diagonal unless --imatrix has
-    /// the matrix. Costs about K^3/3 flops per matrix and 4 K^2 bytes of
-    /// memory while it is quantized (K = its input width).
+    /// the matrix. Costs about K^3/3 flops per matrix and up to 12 K^2
+    /// bytes of memory while it is quantized (K = its input width).
     #[arg(long, requires = "bits", value_name = "FILE")]
     pub hessians: Option<PathBuf>,
 
