@@ -18,7 +18,7 @@ use weights_file::PanelView;
 
 use crate::codebook::LEVELS;
 use crate::error::Cq4Error;
-use crate::hadamard::{fwht128, sqrt128, HadamardRotation, HADAMARD_N};
+use crate::hadamard::{unrotate_group, HadamardRotation, HADAMARD_N};
 use crate::orthogonal::OrthogonalRotation;
 use weights_file::fp16::{f16_bits_to_f32, f16_bits_to_f64};
 use weights_file::panel::RotationFamily as Family;
@@ -111,24 +111,14 @@ fn decode_row(dec: &Decoder, sb: &[u8], c: usize, norms: &[u16], out: &mut [f32]
     row_values(dec, sb, c, &mut y);
     match dec.family {
         Family::Hadamard => {
-            let had = &dec.hadamard;
-            let s128 = sqrt128();
             for (g, (yg, og)) in y
                 .chunks_exact(HADAMARD_N)
                 .zip(out.chunks_exact_mut(HADAMARD_N))
                 .enumerate()
             {
-                let nrm = f16_bits_to_f64(norms[g]);
-                let mut z = [0.0f64; HADAMARD_N];
-                for (j, &yj) in yg.iter().enumerate() {
-                    let p = had.perm[j] as usize;
-                    z[p] = had.right[p] as f64 * yj;
-                }
-                fwht128(&mut z);
+                let w = unrotate_group(&dec.hadamard, yg, f16_bits_to_f64(norms[g]));
                 for (kk, o) in og.iter_mut().enumerate() {
-                    let w = ((had.left[kk] as f64 * z[kk]) / s128) * nrm
-                        / dec.input_scale[g * HADAMARD_N + kk];
-                    *o = w as f32;
+                    *o = (w[kk] / dec.input_scale[g * HADAMARD_N + kk]) as f32;
                 }
             }
         }

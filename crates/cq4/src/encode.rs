@@ -13,7 +13,7 @@ use crate::codebook::{self, cb_scale_of, codebook_i8, index_of, Codebook, LEVELS
 use crate::decode::{decode_rows, Decoder, RtSource};
 use crate::error::Cq4Error;
 use crate::gptq::Gptq;
-use crate::hadamard::{fwht128, sqrt128, HadamardRotation, FIXED_MAGIC, HADAMARD_N};
+use crate::hadamard::{unrotate_group, HadamardRotation, FIXED_MAGIC, HADAMARD_N};
 use crate::hadamard_quant::{Batch, BatchIdx, HadamardQuant, LANES};
 use crate::orthogonal::OrthogonalRotation;
 use crate::simd::{self, APack, EncodeIsa, KB, MR, NR};
@@ -311,6 +311,18 @@ impl std::fmt::Debug for PanelEncoder {
 // A panel's columns are whole column quads of one 128-column group.
 const _: () = assert!(GROUP_SIZE.is_multiple_of(NR) && NR.is_multiple_of(4));
 
+/// Group `g`'s indices of lane `l` of a batch, for channel `c` of a
+/// super-block's panel (FORMAT.md §CQ4.9: two nibbles per byte, four
+/// columns per channel per 128-byte block).
+#[inline]
+fn put_group(panel: &mut [u8], g: usize, c: usize, idx: &BatchIdx, l: usize) {
+    for (kg, q) in idx.chunks_exact(4).enumerate() {
+        let byte = (g * (GROUP_SIZE / 4) + kg) * 128 + 2 * c;
+        panel[byte] = q[0][l] | (q[1][l] << 4);
+        panel[byte + 1] = q[2][l] | (q[3][l] << 4);
+    }
+}
+
 /// The fp16 bits of `2^e` for `-14 <= e <= 15` (a normal fp16).
 fn pow2_f16_bits(e: i32) -> u16 {
     debug_assert!((-14..=15).contains(&e));
@@ -598,17 +610,13 @@ impl PanelEncoder {
                 }
             }
             let norm = simd::hadamard_batch(self.isa, &self.hquant, &mut x, &mut idx);
-            for l in 0..m {
+            for (l, &nu) in norm.iter().enumerate().take(m) {
                 let (c, g) = ((it0 + l) / ng, (it0 + l) % ng);
                 if g == 0 {
                     self.check_finite(row0 + c, &rows[c * k..(c + 1) * k])?;
                 }
-                for (kg, q) in idx.chunks_exact(4).enumerate() {
-                    let byte = (g * (GROUP_SIZE / 4) + kg) * 128 + 2 * c;
-                    panel[byte] = q[0][l] | (q[1][l] << 4);
-                    panel[byte + 1] = q[2][l] | (q[3][l] << 4);
-                }
-                norms[c * ng + g] = self.stored_norm(row0 + c, g, norm[l])?;
+                put_group(panel, g, c, &idx, l);
+                norms[c * ng + g] = self.stored_norm(row0 + c, g, nu)?;
             }
         }
         Ok(())
@@ -660,11 +668,7 @@ impl PanelEncoder {
                 let norm = simd::hadamard_batch(self.isa, &self.hquant, &mut x, &mut idx);
                 for l in 0..m {
                     let c = c0 + l;
-                    for (kg, q) in idx.chunks_exact(4).enumerate() {
-                        let byte = (g * (GROUP_SIZE / 4) + kg) * 128 + 2 * c;
-                        panel[byte] = q[0][l] | (q[1][l] << 4);
-                        panel[byte + 1] = q[2][l] | (q[3][l] << 4);
-                    }
+                    put_group(panel, g, c, &idx, l);
                     let bits = match self.stored_norm(row0 + c, g, norm[l]) {
                         Ok(b) => b,
                         Err(e) => {
@@ -708,20 +712,8 @@ impl PanelEncoder {
         q: &[u8; HADAMARD_N],
         nrm_bits: u16,
     ) -> [f64; HADAMARD_N] {
-        let had = &self.hadamard;
-        let nrm = f16_bits_to_f64(nrm_bits);
-        let s128 = sqrt128();
-        let mut z = [0.0f64; HADAMARD_N];
-        for (j, &qj) in q.iter().enumerate() {
-            let p = had.perm[j] as usize;
-            z[p] = had.right[p] as f64 * cbi8[qj as usize] as f64;
-        }
-        fwht128(&mut z);
-        let mut out = [0.0f64; HADAMARD_N];
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = ((had.left[i] as f64 * z[i]) / s128) * nrm;
-        }
-        out
+        let y: [f64; HADAMARD_N] = std::array::from_fn(|j| cbi8[q[j] as usize] as f64);
+        unrotate_group(&self.hadamard, &y, f16_bits_to_f64(nrm_bits))
     }
 
     /// Orthogonal family. For each row: `norm` over all `Kp` values, `uf` on

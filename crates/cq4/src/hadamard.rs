@@ -94,6 +94,25 @@ pub(crate) fn sqrt128() -> f64 {
     (HADAMARD_N as f64).sqrt()
 }
 
+/// One group back from rotated coordinates (FORMAT.md §CQ4.12): `y` the
+/// codebook values of its 128 indices, `nrm` its stored norm;
+/// `((left[i] * FWHT(z)[i]) / SQRT128) * nrm` with `z[perm[j]] =
+/// right[perm[j]] * y[j]`, before any input scale. Shared by the decoder
+/// and GPTQ's reconstruction (§CQ4.18), so both are the same operations.
+pub(crate) fn unrotate_group(had: &HadamardRotation, y: &[f64], nrm: f64) -> [f64; HADAMARD_N] {
+    let s128 = sqrt128();
+    let mut z = [0.0f64; HADAMARD_N];
+    for (j, &yj) in y.iter().enumerate() {
+        let p = had.perm[j] as usize;
+        z[p] = had.right[p] as f64 * yj;
+    }
+    fwht128(&mut z);
+    for (zi, &l) in z.iter_mut().zip(&had.left) {
+        *zi = ((l as f64 * *zi) / s128) * nrm;
+    }
+    z
+}
+
 /// In-place fast Walsh–Hadamard transform (unnormalized, Sylvester order):
 /// `x <- H x` with `H[i][j] = (-1)^popcount(i & j)`. Butterfly order: for
 /// `h = 1, 2, 4, .., 64`; for each block start `i = 0, 2h, 4h, ..`; for
