@@ -404,6 +404,18 @@ std::string hf_module(const std::string &gguf, const std::string &prefix) {
     return "";
 }
 
+// The output projection (the lm_head role): a MUL_MAT whose weight is
+// output.weight, or token_embd.weight when the embedding is tied (its lookup
+// is a GET_ROWS, never a MUL_MAT). Key "lm_head", the HF module name.
+bool is_lm_head(const std::string &gguf) { return gguf == "output.weight" || gguf == "token_embd.weight"; }
+
+// The key of a target: blk.* as hf_module, the output projection with
+// --lm-head, "" otherwise.
+std::string target_key(const std::string &gguf, const std::string &prefix, bool lm_head) {
+    if (lm_head && is_lm_head(gguf)) return "lm_head";
+    return hf_module(gguf, prefix);
+}
+
 // ---------------------------------------------------------------------------
 // The collector (the eval callback's state)
 // ---------------------------------------------------------------------------
@@ -421,6 +433,7 @@ struct Entry {
 
 struct Collector {
     std::string prefix;
+    bool lm_head = false;  // --lm-head
     int threads = 1;
     int chunk = 0;  // the chunk being decoded
     std::map<std::string, Entry> entries;            // by GGUF name
@@ -462,7 +475,7 @@ struct Collector {
         if (t->op != GGML_OP_MUL_MAT && t->op != GGML_OP_MUL_MAT_ID) return false;
         if (!src0 || !src1) return false;
         const std::string w = weight_name(src0->name);
-        if (w.compare(0, 4, "blk.") != 0) return false;
+        if (w.compare(0, 4, "blk.") != 0 && !(lm_head && is_lm_head(w))) return false;
         if (t->op == GGML_OP_MUL_MAT_ID) {
             unresolved.emplace(w, "MUL_MAT_ID (MoE experts): out of scope");
             return false;
@@ -475,7 +488,7 @@ struct Collector {
             unresolved.emplace(w, "weight is not 2-D");
             return false;
         }
-        if (hf_module(w, prefix).empty()) {
+        if (target_key(w, prefix, lm_head).empty()) {
             unresolved.emplace(w, "no HF module name for this blk.* matmul");
             return false;
         }
@@ -504,7 +517,7 @@ struct Collector {
         Entry &e = entries[w];
         if (e.calls == 0) {
             e.gguf = w;
-            e.key = hf_module(w, prefix);
+            e.key = target_key(w, prefix, lm_head);
             e.K = K;
             e.upper.assign(static_cast<size_t>(K) * (K + 1) / 2, 0.0);
         } else if (e.K != K) {
@@ -644,6 +657,7 @@ struct Options {
     int threads = 0;
     std::string prefix = "model.layers";
     bool timings = true;
+    bool lm_head = false;
     std::string model_sha, text_sha;
     std::string dump_dir;
 };
@@ -658,7 +672,7 @@ int parse_int(const char *opt, const char *v) {
 void usage() {
     fputs("usage: hessian-collect MODEL.gguf TEXT OUT_DIR [--ctx N] [--chunks N] [--threads N]\n"
           "                       [--prefix model.layers] [--no-timings] [--model-sha256 HEX]\n"
-          "                       [--text-sha256 HEX] [--dump-activations DIR] [--verbose]\n"
+          "                       [--text-sha256 HEX] [--dump-activations DIR] [--lm-head] [--verbose]\n"
           "       hessian-collect --self-test-kernel\n"
           "       hessian-collect --bench-kernel [THREADS]\n"
           "(scripts/hessians builds and drives this program; see its --help)\n",
@@ -683,6 +697,7 @@ int main(int argc, char **argv) {
         else if (a == "--threads") o.threads = parse_int("--threads", val());
         else if (a == "--prefix") o.prefix = val();
         else if (a == "--no-timings") o.timings = false;
+        else if (a == "--lm-head") o.lm_head = true;
         else if (a == "--model-sha256") o.model_sha = val();
         else if (a == "--text-sha256") o.text_sha = val();
         else if (a == "--dump-activations") o.dump_dir = val();
@@ -724,12 +739,17 @@ int main(int argc, char **argv) {
         if (!g) die("cannot read %s as GGUF", o.model.c_str());
         const int64_t ka = gguf_find_key(g, "general.architecture");
         if (ka >= 0) arch = gguf_get_val_str(g, ka);
+        bool has_output = false;
         for (int64_t i = 0; i < gguf_get_n_tensors(g); i++) {
             const std::string n = gguf_get_tensor_name(g, i);
             const int64_t *ne = gguf_get_tensor_ne(g, i);
             const std::string key = hf_module(n, o.prefix);
             if (!key.empty() && ne[2] == 1 && ne[3] == 1) expected[n] = key;
+            has_output = has_output || n == "output.weight";
         }
+        // --lm-head: the output projection's weight, the tied embedding when
+        // the model has no output.weight.
+        if (o.lm_head) expected[has_output ? "output.weight" : "token_embd.weight"] = "lm_head";
         gguf_free(g);
     }
 
@@ -749,6 +769,7 @@ int main(int argc, char **argv) {
     llama_backend_init();
     Collector col;
     col.prefix = o.prefix;
+    col.lm_head = o.lm_head;
     col.threads = o.threads;
     col.dump_dir = o.dump_dir;
 
