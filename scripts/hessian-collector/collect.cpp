@@ -475,7 +475,9 @@ struct Collector {
         if (t->op != GGML_OP_MUL_MAT && t->op != GGML_OP_MUL_MAT_ID) return false;
         if (!src0 || !src1) return false;
         const std::string w = weight_name(src0->name);
-        if (w.compare(0, 4, "blk.") != 0 && !(lm_head && is_lm_head(w))) return false;
+        // A target has a key; a keyless matmul outside the layers is not ours.
+        const bool keyed = !target_key(w, prefix, lm_head).empty();
+        if (!keyed && w.compare(0, 4, "blk.") != 0) return false;
         if (t->op == GGML_OP_MUL_MAT_ID) {
             unresolved.emplace(w, "MUL_MAT_ID (MoE experts): out of scope");
             return false;
@@ -488,7 +490,7 @@ struct Collector {
             unresolved.emplace(w, "weight is not 2-D");
             return false;
         }
-        if (target_key(w, prefix, lm_head).empty()) {
+        if (!keyed) {
             unresolved.emplace(w, "no HF module name for this blk.* matmul");
             return false;
         }
