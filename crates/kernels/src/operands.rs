@@ -162,6 +162,66 @@ impl<'a> PanelBlock<'a> {
 /// slot's stream.
 pub(crate) const PREFETCH_BYTES: usize = 1536;
 
+/// Where a group kernel's prefetch of a slot goes once the distance runs
+/// past the end of the slot's stream: onto the same slot of the next group.
+///
+/// The drivers run a matrix's groups one after another in memory order, so
+/// past the end of its stream a slot's next bytes are the next group's.
+/// Plain rows and R4 keep the slots in separate streams (rows; two units of
+/// 4), so an address past slot `r`'s end falls in a stream of this group
+/// that is being read already; the next group's slot `r` is two half
+/// distances (`offsets[4] - offsets[0]`) on, i.e. `jump` bytes past the end.
+/// R8 is one stream with the next group right after it: `jump` 0. Only a
+/// hint's address depends on it (a wrong guess costs bandwidth, never a
+/// value).
+#[derive(Clone, Copy)]
+pub(crate) struct Lookahead {
+    /// Bytes of each stream walked so far, the streams' length
+    /// (`nblocks * stride`) and the stride.
+    pos: usize,
+    span: usize,
+    stride: usize,
+    jump: usize,
+}
+
+impl Lookahead {
+    /// For a group whose slots start at `offsets` and advance `stride` bytes
+    /// per block for `nblocks` blocks.
+    #[inline(always)]
+    pub(crate) fn new(offsets: &[usize; 8], stride: usize, nblocks: usize) -> Self {
+        let span = nblocks * stride;
+        let halves_apart = offsets[4].saturating_sub(offsets[0]);
+        let jump = if halves_apart >= span && span > 0 {
+            (2 * halves_apart).saturating_sub(span)
+        } else {
+            0
+        };
+        Lookahead {
+            pos: 0,
+            span,
+            stride,
+            jump,
+        }
+    }
+
+    /// The prefetch distance `ahead`, past the stream's end moved on to the
+    /// next group.
+    #[inline(always)]
+    pub(crate) fn ahead(&self, ahead: usize) -> usize {
+        if self.pos + ahead >= self.span {
+            ahead + self.jump
+        } else {
+            ahead
+        }
+    }
+
+    /// One block further down the streams.
+    #[inline(always)]
+    pub(crate) fn advance(&mut self) {
+        self.pos += self.stride;
+    }
+}
+
 /// Per-slot block pointers of a row group, advanced one block at a time
 /// (the SIMD tiers' view of a [`RowGroup`]; each architecture adds its own
 /// `prefetch`).
@@ -171,6 +231,9 @@ pub(crate) struct Slots {
     /// Prefetch distance of each slot: whole blocks, >= PREFETCH_BYTES.
     pub(crate) ahead: [usize; 8],
     pub(crate) block_bytes: usize,
+    /// Past a stream's end, the next group (jump 0 unless every slot has
+    /// the same stride).
+    look: Lookahead,
 }
 
 impl Slots {
@@ -189,12 +252,24 @@ impl Slots {
         for (a, &st) in ahead.iter_mut().zip(&stride) {
             *a = PREFETCH_BYTES.div_ceil(st.max(1)) * st;
         }
+        let mut look = Lookahead::new(g.offsets(), stride[0], g.nblocks());
+        if stride.iter().any(|&x| x != stride[0]) {
+            look.jump = 0;
+        }
         Slots {
             p,
             stride,
             ahead,
             block_bytes: g.block_bytes(),
+            look,
         }
+    }
+
+    /// Where slot `r`'s prefetch goes, in bytes past its current block:
+    /// `ahead`, or into the next group once that runs past the stream's end.
+    #[inline(always)]
+    pub(crate) fn ahead_of(&self, r: usize) -> usize {
+        self.look.ahead(self.ahead[r])
     }
 
     /// Pointer to the current block of slot `r`.
@@ -209,6 +284,7 @@ impl Slots {
         for (q, &s) in self.p.iter_mut().zip(&self.stride) {
             *q = q.wrapping_add(s);
         }
+        self.look.advance();
     }
 }
 
@@ -232,4 +308,55 @@ pub(crate) unsafe fn read_u32(p: *const u8) -> u32 {
     // SAFETY: the caller guarantees 4 readable bytes; read_unaligned has no
     // alignment requirement.
     u32::from_le(unsafe { p.cast::<u32>().read_unaligned() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{GgmlMatrix, QuantFormat, RowLayout};
+
+    /// Every prefetch address of a group's walk is the byte the drivers read
+    /// `ahead` bytes later in their order: down the slot's own stream while
+    /// it lasts, then the same slot of the next group (`group_at(8)`), for
+    /// plain rows, R4 and R8 (with the jump of 0 this fails for plain rows
+    /// and R4: the address lands in another slot of the same group).
+    #[test]
+    fn prefetch_runs_into_the_next_group() {
+        for (format, k) in [(QuantFormat::Q6K, 2048), (QuantFormat::Q8_0, 4096)] {
+            for layout in [
+                RowLayout::RowMajor,
+                RowLayout::Interleaved(4),
+                RowLayout::Interleaved(8),
+            ] {
+                let n = 24;
+                let bytes = n * k / format.block_weights() * format.block_bytes();
+                let data = vec![0u8; bytes];
+                let m = GgmlMatrix::new(format, layout, n, k, &data).unwrap();
+                let (g0, g1) = (m.group_at(0), m.group_at(8));
+                let mut s = Slots::new(&g0);
+                let base = data.as_ptr() as usize;
+                let mut checked = 0;
+                for b in 0..g0.nblocks() {
+                    let walked = b * g0.strides()[0];
+                    for r in 0..8 {
+                        let at = s.p[r] as usize - base;
+                        assert_eq!(at, g0.offsets()[r] + walked);
+                        let target = at + s.ahead_of(r);
+                        let (a, span) = (s.ahead[r], g0.nblocks() * g0.strides()[r]);
+                        let want = if walked + a < span {
+                            g0.offsets()[r] + walked + a
+                        } else if walked + a - span < span {
+                            g1.offsets()[r] + walked + a - span
+                        } else {
+                            continue;
+                        };
+                        assert_eq!(target, want, "{format:?} {layout:?} block {b} slot {r}");
+                        checked += 1;
+                    }
+                    s.advance();
+                }
+                assert!(checked >= 8 * (g0.nblocks() - 1), "{format:?} {layout:?}");
+            }
+        }
+    }
 }

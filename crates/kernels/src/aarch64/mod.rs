@@ -134,7 +134,7 @@ impl Slots {
     #[inline(always)]
     pub(crate) fn prefetch(&self) {
         for r in 0..8 {
-            let q = self.p[r].wrapping_add(self.ahead[r]);
+            let q = self.p[r].wrapping_add(self.ahead_of(r));
             prefetch(q);
             prefetch(q.wrapping_add(self.block_bytes - 1));
         }

@@ -73,7 +73,7 @@ impl Slots {
     #[target_feature(enable = "avx2")]
     pub(crate) fn prefetch(&self) {
         for r in 0..8 {
-            let q = self.p[r].wrapping_add(self.ahead[r]);
+            let q = self.p[r].wrapping_add(self.ahead_of(r));
             // First and last line of the block; in an R8 group the slots'
             // blocks are adjacent, so together they cover the group.
             _mm_prefetch::<_MM_HINT_T0>(q.cast());
@@ -152,6 +152,8 @@ pub(crate) struct Uniform<const B: usize, const PACKED: bool> {
     stride: usize,
     /// Prefetch distance: whole strides, at least `PREFETCH_BYTES`.
     ahead: usize,
+    /// Past a stream's end, the next group.
+    look: crate::operands::Lookahead,
 }
 
 impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
@@ -181,6 +183,7 @@ impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
             d: if PACKED { B } else { d },
             stride,
             ahead: crate::operands::PREFETCH_BYTES.div_ceil(stride.max(1)) * stride,
+            look: crate::operands::Lookahead::new(o, stride, g.nblocks()),
         })
     }
 }
@@ -195,13 +198,15 @@ impl<const B: usize, const PACKED: bool> Rows for Uniform<B, PACKED> {
     fn advance(&mut self) {
         self.half[0] = self.half[0].wrapping_add(self.stride);
         self.half[1] = self.half[1].wrapping_add(self.stride);
+        self.look.advance();
     }
     #[inline(always)]
     fn prefetch(&self) {
+        let ahead = self.look.ahead(self.ahead);
         if PACKED {
             // Each half is 4 adjacent blocks: every line of them.
             for h in 0..2 {
-                let q = self.half[h].wrapping_add(self.ahead);
+                let q = self.half[h].wrapping_add(ahead);
                 let mut off = 0;
                 while off < 4 * B {
                     // SAFETY: a hint; never faults.
@@ -214,7 +219,7 @@ impl<const B: usize, const PACKED: bool> Rows for Uniform<B, PACKED> {
         } else {
             // Plain rows: 8 streams, the lines of each slot's block.
             for r in 0..8 {
-                let q = self.at(r).wrapping_add(self.ahead);
+                let q = self.at(r).wrapping_add(ahead);
                 let mut off = 0;
                 while off < B {
                     // SAFETY: a hint; never faults.
