@@ -122,6 +122,7 @@ static AVX2: Kernels = AVX2_TABLE;
 static AVX2_HALVES: Kernels = Kernels {
     q8_0: crate::x86::avx2::q8_0_group_h,
     q4_k: crate::x86::avx2::q4_k_group_h,
+    q6_k: crate::x86::avx2::q6_k_group_h,
     ..AVX2_TABLE
 };
 

@@ -18,7 +18,7 @@ use super::{
     add_scaled, bcast16_mask, d_dmin8, fold256, fp16_at8, fp16x8_rows, fp16x8x2_rows, hsum8x4,
     i8x8, iq4_levels, iq4_table, iq4_xs_scales_at, k4_scale_bytes, k4_scales, load128, load256,
     opaque128, pair16_mask, q3_k_values, q4_1_contrib, q4_k_values, q5_0_values, q5_1_values,
-    q5_k_values, q6_k_values, reduce8, two_bit_values, with_rows, Rows, Slots,
+    q5_k_values, q6_k_values, q6_k_values_h, reduce8, two_bit_values, with_rows, Rows, Slots,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
 use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q6_k, q8_0};
@@ -560,20 +560,17 @@ unsafe fn k4_scales_mins(p: *const u8) -> (__m128i, __m128i) {
     )
 }
 
-/// Q6_K x Q8_K body over any [`Rows`]. Each 32-value run `v[4h + t]`
-/// ([`q6_k_values`]) holds two sub-blocks of 16 (its 128-bit halves,
-/// scales `8h + 2t` and `8h + 2t + 1`). Per row, two runs' `maddubs`
-/// results (i16 pairs, each `<= 2 * 63 * 127 = 16002`) are combined by one
-/// `hadd` (`<= 32004`, no overflow: each sum stays inside its sub-block),
-/// and one `madd` with the four sub-blocks' scales spread to match
-/// applies them: half the multiplies of scaling each product vector. The
-/// `-32` offset is removed with `32 * sum_j sc_j bsum_j`.
+/// Q6_K x Q8_K body over any [`Rows`]: per block step, each slot's
+/// `sum_j sc_j sum_i (v_i - 32) a_i` in 256-bit vectors, or in 128-bit
+/// halves ([`q6_k_row_h`]) when `H` ([`super::halves`]), then one fp16
+/// scale per slot. The `-32` offset is removed with `32 * sum_j sc_j
+/// bsum_j`.
 ///
 /// # Safety
 /// AVX2 + F16C; every slot's blocks for `act.len()` steps in bounds.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn q6_k_rows<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
+unsafe fn q6_k_rows<const H: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
     // pshufb masks (per 128-bit lane, over 8 i16 scales of one half h):
     // pair tp spreads [sc_4tp x4, sc_4tp+2 x4 | sc_4tp+1 x4, sc_4tp+3 x4].
     let spread = |tp: i16| {
@@ -582,16 +579,37 @@ unsafe fn q6_k_rows<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
         _mm256_setr_epi16(a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d)
     };
     let masks = [spread(0), spread(1)];
+    // Halves: run t of a half h spreads [sc_2t x4, sc_2t+1 x4].
+    let spread_h = |t: i16| {
+        let e = |j: i16| ((2 * j + 1) << 8) | (2 * j);
+        let (a, b) = (e(2 * t), e(2 * t + 1));
+        _mm_setr_epi16(a, a, a, a, b, b, b, b)
+    };
+    let masks_h = [spread_h(0), spread_h(1), spread_h(2), spread_h(3)];
     let mut acc = _mm256_setzero_ps();
     for a in act {
         // SAFETY: activation arrays are 256 / 32 bytes; the current 210-byte
         // block of every slot is in bounds (RowGroup invariant).
         let (sv, d) = unsafe {
-            let aq = a.qs.as_ptr();
-            let bsums = load256(a.bsums.as_ptr().cast());
+            let aq = a.qs.as_ptr().cast::<u8>();
+            let bs = a.bsums.as_ptr().cast::<u8>();
+            let bsums = load256(bs);
+            let bsums_h = [load128(bs), load128(bs.add(16))];
             let mut sx = [_mm_setzero_si128(); 8];
             for (r, sxr) in sx.iter_mut().enumerate() {
                 let p = s.at(r);
+                if H {
+                    *sxr = q6_k_row_h(p, aq, bsums_h, &masks_h);
+                    continue;
+                }
+                // Runs v[4h + t] ([`q6_k_values`]) hold two sub-blocks of 16
+                // (their 128-bit halves, scales 8h + 2t and 8h + 2t + 1).
+                // Two runs' `maddubs` results (i16 pairs, each <= 2 * 63 *
+                // 127 = 16002) are combined by one `hadd` (<= 32004, no
+                // overflow: each sum stays inside its sub-block), and one
+                // `madd` with the four sub-blocks' scales spread to match
+                // applies them: half the multiplies of scaling each product
+                // vector.
                 let sc8 = load128(p.add(q6_k::SCALES));
                 let sc_h = [
                     _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8)),
@@ -605,9 +623,8 @@ unsafe fn q6_k_rows<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
                 for (h, sch) in sc_h.iter().enumerate() {
                     for (tp, mask) in masks.iter().enumerate() {
                         let i = 4 * h + 2 * tp;
-                        let pa = _mm256_maddubs_epi16(v[i], load256(aq.add(32 * i).cast()));
-                        let pb =
-                            _mm256_maddubs_epi16(v[i + 1], load256(aq.add(32 * i + 32).cast()));
+                        let pa = _mm256_maddubs_epi16(v[i], load256(aq.add(32 * i)));
+                        let pb = _mm256_maddubs_epi16(v[i + 1], load256(aq.add(32 * i + 32)));
                         let sc = _mm256_shuffle_epi8(*sch, *mask);
                         t = _mm256_add_epi32(t, _mm256_madd_epi16(_mm256_hadd_epi16(pa, pb), sc));
                     }
@@ -624,6 +641,55 @@ unsafe fn q6_k_rows<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
+/// One row's sums of [`q6_k_rows`] in 128-bit halves, as 4 i32 lanes to be
+/// summed: each run's two sub-blocks are its two 16-byte halves
+/// ([`q6_k_values_h`]), `maddubs`-ed apart (pairs <= 16002) and joined by
+/// one `hadd` (<= 32004), then one `madd` with `[sc x4, sc' x4]` (`masks`).
+/// `bsums` = the 16 activation sub-block sums as 2 x 8 i16.
+///
+/// # Safety
+/// AVX2; `p..p + 210` and the 256 activation bytes at `aq` readable.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn q6_k_row_h(
+    p: *const u8,
+    aq: *const u8,
+    bsums: [__m128i; 2],
+    masks: &[__m128i; 4],
+) -> __m128i {
+    // SAFETY: as the caller guarantees (scales 16 bytes at SCALES).
+    let sc8 = unsafe { load128(p.add(q6_k::SCALES)) };
+    let sc = [
+        _mm_cvtepi8_epi16(sc8),
+        _mm_cvtepi8_epi16(_mm_srli_si128::<8>(sc8)),
+    ];
+    let off = _mm_add_epi32(
+        _mm_madd_epi16(sc[0], bsums[0]),
+        _mm_madd_epi16(sc[1], bsums[1]),
+    );
+    let mut t = _mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32::<5>(off));
+    for (h, sch) in sc.iter().enumerate() {
+        // pd[half][t]: run 4h + t's half `half` (sub-block 8h + 2t + half).
+        // Plain loops, not `array::from_fn`: with its closures this kernel
+        // measured at half the speed.
+        let mut pd = [[_mm_setzero_si128(); 4]; 2];
+        for (half, pdh) in pd.iter_mut().enumerate() {
+            // SAFETY: as the caller guarantees.
+            let v = unsafe { q6_k_values_h(p, h, half) };
+            for (tt, (vt, o)) in v.iter().zip(pdh.iter_mut()).enumerate() {
+                // SAFETY: run 4h + tt < 8, half < 2: inside the 256 bytes.
+                let a = unsafe { load128(aq.add(32 * (4 * h + tt) + 16 * half)) };
+                *o = _mm_maddubs_epi16(*vt, a);
+            }
+        }
+        for (tt, mask) in masks.iter().enumerate() {
+            let hs = _mm_hadd_epi16(pd[0][tt], pd[1][tt]);
+            t = _mm_add_epi32(t, _mm_madd_epi16(hs, _mm_shuffle_epi8(*sch, *mask)));
+        }
+    }
+    opaque128(t)
+}
+
 /// Q6_K x Q8_K group kernel.
 ///
 /// # Safety
@@ -633,7 +699,23 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let act = &act[..g.nblocks()];
     // SAFETY: the RowGroup invariant covers every block of every slot.
-    with_rows!(g, q6_k::BYTES, |s| unsafe { q6_k_rows(s, act, out) })
+    with_rows!(g, q6_k::BYTES, |s| unsafe {
+        q6_k_rows::<false, _>(s, act, out)
+    })
+}
+
+/// [`q6_k_group`] in 128-bit halves ([`super::halves`]).
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn q6_k_group_h(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let act = &act[..g.nblocks()];
+    // SAFETY: the RowGroup invariant covers every block of every slot.
+    with_rows!(g, q6_k::BYTES, |s| unsafe {
+        q6_k_rows::<true, _>(s, act, out)
+    })
 }
 
 /// Shared Q2_K / Q3_K body (`Q3`: the blocks are Q3_K): 16 sub-blocks of

@@ -87,8 +87,8 @@ impl Slots {
 /// model 0x30, family 0x18), probed once with `cpuid`. There the `avx2`
 /// tier uses kernels written in 128-bit halves where that measured faster
 /// (`*_group_h`: no lane extractions, and better scheduling around the one
-/// 128-bit multiplier pipe; kernel-only Q8_0 and Q4_K 6-7% faster on an
-/// EPYC of that family); every other AVX2 CPU keeps the 256-bit ones. Both
+/// 128-bit multiplier pipe; kernel-only Q8_0 and Q4_K 6-7% faster, Q6_K 4%,
+/// on an EPYC of that family); every other AVX2 CPU keeps the 256-bit ones. Both
 /// give the same bits (tests/kernels.rs `avx2_both_widths_equal_scalar`).
 pub fn halves() -> bool {
     static HALVES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -634,6 +634,50 @@ pub(crate) unsafe fn q6_k_values(p: *const u8) -> [__m256i; 8] {
         );
     }
     v
+}
+
+/// The 128-bit half `half` of each of the runs `v[4h..4h + 4]` of
+/// [`q6_k_values`] (the same values: sub-block `8h + 2t + half` of run
+/// `4h + t`), decoded from 16-byte loads without lane crossings.
+///
+/// # Safety
+/// AVX2; `p..p + 210` (one Q6_K block) readable; `h, half < 2`.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn q6_k_values_h(p: *const u8, h: usize, half: usize) -> [__m128i; 4] {
+    use crate::blocks::q6_k;
+    let (m4, m3, m30) = (
+        _mm_set1_epi8(0x0F),
+        _mm_set1_epi8(0x03),
+        _mm_set1_epi8(0x30),
+    );
+    // SAFETY: ql is 128 bytes at offset 0, qh 64 bytes at offset 128 of the
+    // 210-byte block; each load is inside them for h, half < 2.
+    let (ql0, ql1, qh) = unsafe {
+        (
+            load128(p.add(q6_k::QL + 64 * h + 16 * half)),
+            load128(p.add(q6_k::QL + 64 * h + 32 + 16 * half)),
+            load128(p.add(q6_k::QH + 32 * h + 16 * half)),
+        )
+    };
+    [
+        _mm_or_si128(
+            _mm_and_si128(ql0, m4),
+            _mm_slli_epi16::<4>(_mm_and_si128(qh, m3)),
+        ),
+        _mm_or_si128(
+            _mm_and_si128(ql1, m4),
+            _mm_and_si128(_mm_slli_epi16::<2>(qh), m30),
+        ),
+        _mm_or_si128(
+            _mm_and_si128(_mm_srli_epi16::<4>(ql0), m4),
+            _mm_and_si128(qh, m30),
+        ),
+        _mm_or_si128(
+            _mm_and_si128(_mm_srli_epi16::<4>(ql1), m4),
+            _mm_and_si128(_mm_srli_epi16::<2>(qh), m30),
+        ),
+    ]
 }
 
 /// `pshufb` masks broadcasting i16 element `j` of each 128-bit lane.
