@@ -13,12 +13,12 @@
 use core::arch::x86_64::*;
 
 use super::{
-    add_scaled, bcast16_mask, d_dmin8, fp16_at8, i8x8, iq4_levels, iq4_table, iq4_xs_scales_at,
-    k4_scales, load128, load256, q4_1_contrib, q4_values, q5_0_values, q5_1_values, read_u32,
-    reduce8, Slots,
+    add_scaled, bcast16_mask, fp16x8_rows, fp16x8x2_rows, i8x8, iq4_levels, iq4_table,
+    iq4_xs_scales_at, k4_scales, load128, load256, q4_1_contrib, q4_values, q5_0_values,
+    q5_1_values, read_u32, reduce8, with_rows, Rows,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
-use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q6_k, q8_0};
+use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q5_0, q5_1, q6_k, q8_0};
 use crate::operands::RowGroup;
 use crate::operands::{CbLut, PanelBlock, KG_PER_GROUP};
 
@@ -27,21 +27,20 @@ use crate::operands::{CbLut, PanelBlock, KG_PER_GROUP};
 /// `pshufb`) made unsigned by XOR 0x80, then `vpdpbusd`.
 ///
 /// # Safety
-/// AVX2, F16C, AVX-512 F/BW/VL, VNNI.
+/// AVX2, F16C, AVX-512 F/BW/VL, VNNI; the current and later blocks of
+/// every slot as [`Rows`] promises for `act.len()` blocks.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
-    assert!(act.len() >= g.nblocks(), "activation blocks");
+unsafe fn signed32_rows<const NL: bool, R: Rows>(mut s: R, act: &[ActQ8_0], out: &mut [f32; 8]) {
     let (qs, d_off) = if NL {
         (iq4_nl::QS, iq4_nl::D)
     } else {
         (q8_0::QS, q8_0::D)
     };
     let table = iq4_table();
-    let mut s = Slots::new(g);
     let mut acc = _mm256_setzero_ps();
     let bias = _mm256_set1_epi8(-128);
-    for a in &act[..g.nblocks()] {
+    for a in act {
         // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
         // block of every slot is in bounds (Q8_0: 34 bytes, qs 32 at 2;
         // IQ4_NL: 18 bytes, qs 16 at 2).
@@ -53,7 +52,7 @@ unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out:
                 let w = if NL { iq4_levels(p, table) } else { load256(p) };
                 *vr = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(w, bias), av);
             }
-            (reduce8(&v), fp16_at8(&s, d_off))
+            (reduce8(&v), fp16x8_rows(&s, d_off))
         };
         // sum (w + 128) a - 128 sum a.
         let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(128 * a.sum));
@@ -63,6 +62,29 @@ unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out:
     }
     // SAFETY: `out` is 8 f32.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// Q8_0 / IQ4_NL group kernel body: [`signed32_rows`] with the group's
+/// addressing.
+///
+/// # Safety
+/// AVX2, F16C, AVX-512 F/BW/VL, VNNI.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn signed32_group<const NL: bool>(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let act = &act[..g.nblocks()];
+    if NL {
+        // SAFETY: the RowGroup invariant covers every block of every slot.
+        with_rows!(g, iq4_nl::BYTES, |s| unsafe {
+            signed32_rows::<NL, _>(s, act, out)
+        })
+    } else {
+        // SAFETY: as above.
+        with_rows!(g, q8_0::BYTES, |s| unsafe {
+            signed32_rows::<NL, _>(s, act, out)
+        })
+    }
 }
 
 forward_pair!(
@@ -87,11 +109,23 @@ forward_pair!(
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn iq4_xs_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
+    let act = &act[..g.nblocks()];
+    // SAFETY: the RowGroup invariant covers every block of every slot.
+    with_rows!(g, iq4_xs::BYTES, |s| unsafe { iq4_xs_rows(s, act, out) })
+}
+
+/// [`iq4_xs_group`]'s body over any [`Rows`].
+///
+/// # Safety
+/// The AVX-512 VNNI tier's features; every slot's blocks for `act.len()`
+/// steps in bounds.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn iq4_xs_rows<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
     let table = iq4_table();
     let bias = _mm512_set1_epi8(-128);
-    let mut s = Slots::new(g);
     let mut acc = _mm256_setzero_ps();
-    for a in &act[..g.nblocks()] {
+    for a in act {
         // SAFETY: `a.qs` is 256 bytes and `a.bsums` 32 bytes; by the RowGroup
         // invariant the current 136-byte block of every slot is in bounds
         // (header 8 bytes, qs 128 at 8).
@@ -122,7 +156,7 @@ pub unsafe fn iq4_xs_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8
                 let excess = _mm256_slli_epi32::<7>(_mm256_madd_epi16(pairs, bsums));
                 *svr = _mm256_sub_epi32(fold(t), excess);
             }
-            (reduce8(&sv), fp16_at8(&s, iq4_xs::D))
+            (reduce8(&sv), fp16x8_rows(&s, iq4_xs::D))
         };
         acc = add_scaled(acc, sv, d, a.d);
         s.prefetch();
@@ -140,7 +174,7 @@ pub unsafe fn iq4_xs_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8
 /// readable.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q4_raw8(s: &Slots, qs: usize, a: &ActQ8_0) -> __m256i {
+unsafe fn q4_raw8<R: Rows>(s: &R, qs: usize, a: &ActQ8_0) -> __m256i {
     // SAFETY: `a.qs` is 32 bytes; the nibbles by the caller.
     unsafe {
         let av = load256(a.qs.as_ptr().cast());
@@ -160,12 +194,24 @@ unsafe fn q4_raw8(s: &Slots, qs: usize, a: &ActQ8_0) -> __m256i {
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn q4_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
-    let mut s = Slots::new(g);
+    let act = &act[..g.nblocks()];
+    // SAFETY: the RowGroup invariant covers every block of every slot.
+    with_rows!(g, q4_0::BYTES, |s| unsafe { q4_0_rows(s, act, out) })
+}
+
+/// [`q4_0_group`]'s body over any [`Rows`].
+///
+/// # Safety
+/// The AVX-512 VNNI tier's features; every slot's blocks for `act.len()`
+/// steps in bounds.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q4_0_rows<R: Rows>(mut s: R, act: &[ActQ8_0], out: &mut [f32; 8]) {
     let mut acc = _mm256_setzero_ps();
-    for a in &act[..g.nblocks()] {
+    for a in act {
         // SAFETY: by the RowGroup invariant the current 18-byte block of
         // every slot is in bounds (qs: 16 bytes at 2, d at 0).
-        let (raw, d) = unsafe { (q4_raw8(&s, q4_0::QS, a), fp16_at8(&s, q4_0::D)) };
+        let (raw, d) = unsafe { (q4_raw8(&s, q4_0::QS, a), fp16x8_rows(&s, q4_0::D)) };
         let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(8 * a.sum));
         acc = add_scaled(acc, isum, d, a.d);
         s.prefetch();
@@ -182,12 +228,24 @@ pub unsafe fn q4_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn q4_1_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
-    let mut s = Slots::new(g);
+    let act = &act[..g.nblocks()];
+    // SAFETY: the RowGroup invariant covers every block of every slot.
+    with_rows!(g, q4_1::BYTES, |s| unsafe { q4_1_rows(s, act, out) })
+}
+
+/// [`q4_1_group`]'s body over any [`Rows`].
+///
+/// # Safety
+/// The AVX-512 VNNI tier's features; every slot's blocks for `act.len()`
+/// steps in bounds.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q4_1_rows<R: Rows>(mut s: R, act: &[ActQ8_0], out: &mut [f32; 8]) {
     let mut acc = _mm256_setzero_ps();
-    for a in &act[..g.nblocks()] {
+    for a in act {
         // SAFETY: by the RowGroup invariant the current 20-byte block of
         // every slot is in bounds (d, m at 0 and 2, qs: 16 bytes at 4).
-        let (raw, (d, m)) = unsafe { (q4_raw8(&s, q4_1::QS, a), d_dmin8(&s)) };
+        let (raw, (d, m)) = unsafe { (q4_raw8(&s, q4_1::QS, a), fp16x8x2_rows(&s, q4_1::D)) };
         acc = _mm256_add_ps(acc, q4_1_contrib(raw, d, m, a));
         s.prefetch();
         s.advance();
@@ -203,9 +261,21 @@ pub unsafe fn q4_1_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn q5_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
-    let mut s = Slots::new(g);
+    let act = &act[..g.nblocks()];
+    // SAFETY: the RowGroup invariant covers every block of every slot.
+    with_rows!(g, q5_0::BYTES, |s| unsafe { q5_0_rows(s, act, out) })
+}
+
+/// [`q5_0_group`]'s body over any [`Rows`].
+///
+/// # Safety
+/// The AVX-512 VNNI tier's features; every slot's blocks for `act.len()`
+/// steps in bounds.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q5_0_rows<R: Rows>(mut s: R, act: &[ActQ8_0], out: &mut [f32; 8]) {
     let mut acc = _mm256_setzero_ps();
-    for a in &act[..g.nblocks()] {
+    for a in act {
         // SAFETY: as in q8_0_group (22-byte blocks).
         let (raw, d) = unsafe {
             let av = load256(a.qs.as_ptr().cast());
@@ -213,7 +283,7 @@ pub unsafe fn q5_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
             for (r, vr) in v.iter_mut().enumerate() {
                 *vr = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q5_0_values(s.at(r)), av);
             }
-            (reduce8(&v), fp16_at8(&s, 0))
+            (reduce8(&v), fp16x8_rows(&s, q5_0::D))
         };
         let isum = _mm256_sub_epi32(raw, _mm256_set1_epi32(16 * a.sum));
         acc = add_scaled(acc, isum, d, a.d);
@@ -231,9 +301,21 @@ pub unsafe fn q5_0_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn q5_1_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
-    let mut s = Slots::new(g);
+    let act = &act[..g.nblocks()];
+    // SAFETY: the RowGroup invariant covers every block of every slot.
+    with_rows!(g, q5_1::BYTES, |s| unsafe { q5_1_rows(s, act, out) })
+}
+
+/// [`q5_1_group`]'s body over any [`Rows`].
+///
+/// # Safety
+/// The AVX-512 VNNI tier's features; every slot's blocks for `act.len()`
+/// steps in bounds.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q5_1_rows<R: Rows>(mut s: R, act: &[ActQ8_0], out: &mut [f32; 8]) {
     let mut acc = _mm256_setzero_ps();
-    for a in &act[..g.nblocks()] {
+    for a in act {
         // SAFETY: `a.qs` is 32 bytes; by the RowGroup invariant the current
         // 24-byte block of every slot is in bounds (d, m at 0 and 2).
         let (raw, (d, m)) = unsafe {
@@ -242,7 +324,7 @@ pub unsafe fn q5_1_group(g: &RowGroup<'_>, act: &[ActQ8_0], out: &mut [f32; 8]) 
             for (r, vr) in v.iter_mut().enumerate() {
                 *vr = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q5_1_values(s.at(r)), av);
             }
-            (reduce8(&v), d_dmin8(&s))
+            (reduce8(&v), fp16x8x2_rows(&s, q5_1::D))
         };
         acc = _mm256_add_ps(acc, q4_1_contrib(raw, d, m, a));
         s.prefetch();
@@ -284,13 +366,12 @@ unsafe fn load512(p: *const u8) -> __m512i {
 /// match once per block.
 ///
 /// # Safety
-/// AVX2, F16C, AVX-512 F/BW/VL, VNNI.
+/// AVX2, F16C, AVX-512 F/BW/VL, VNNI; every slot's blocks for `act.len()`
+/// steps in bounds.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+unsafe fn k4_rows<const Q5: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
     use crate::blocks::{q4_k, q5_k};
-    assert!(act.len() >= g.nblocks(), "activation blocks");
-    let mut s = Slots::new(g);
     let mut acc = _mm256_setzero_ps();
     let pairs = [(0, 2), (1, 3), (4, 6), (5, 7)];
     let smask = pairs.map(|(a, b)| join(bcast16_mask(a), bcast16_mask(b)));
@@ -303,7 +384,7 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
     let m4 = _mm512_set1_epi8(0x0F);
     let b16 = _mm512_set1_epi8(0x10);
     let qs_off = if Q5 { q5_k::QS } else { q4_k::QS };
-    for a in &act[..g.nblocks()] {
+    for a in act {
         // SAFETY: `a.qs` is 256 bytes and `a.bsums` 32 bytes; the current
         // block of every slot is in bounds (RowGroup invariant): qs is 128
         // bytes at `qs_off`, qh 32 bytes at 16 (Q5_K).
@@ -345,7 +426,7 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
                 sv[r] = fold(t);
                 mv[r] = _mm256_madd_epi16(mins, bsums);
             }
-            let (d, dmin) = d_dmin8(&s);
+            let (d, dmin) = fp16x8x2_rows(&s, q4_k::D);
             (reduce8(&sv), reduce8(&mv), d, dmin)
         };
         let da = _mm256_set1_ps(a.d);
@@ -359,6 +440,25 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
     }
     // SAFETY: `out` is 8 f32.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// Q4_K / Q5_K group kernel body: [`k4_rows`] with the group's addressing.
+///
+/// # Safety
+/// AVX2, F16C, AVX-512 F/BW/VL, VNNI.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    use crate::blocks::{q4_k, q5_k};
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let act = &act[..g.nblocks()];
+    if Q5 {
+        // SAFETY: the RowGroup invariant covers every block of every slot.
+        with_rows!(g, q5_k::BYTES, |s| unsafe { k4_rows::<Q5, _>(s, act, out) })
+    } else {
+        // SAFETY: as above.
+        with_rows!(g, q4_k::BYTES, |s| unsafe { k4_rows::<Q5, _>(s, act, out) })
+    }
 }
 
 forward_pair!(
@@ -382,7 +482,19 @@ forward_pair!(
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
-    let mut s = Slots::new(g);
+    let act = &act[..g.nblocks()];
+    // SAFETY: the RowGroup invariant covers every block of every slot.
+    with_rows!(g, q6_k::BYTES, |s| unsafe { q6_k_rows(s, act, out) })
+}
+
+/// [`q6_k_group`]'s body over any [`Rows`].
+///
+/// # Safety
+/// The AVX-512 VNNI tier's features; every slot's blocks for `act.len()`
+/// steps in bounds.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6_k_rows<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
     let mut acc = _mm256_setzero_ps();
     let m4 = _mm512_set1_epi8(0x0F);
     let m30 = _mm512_set1_epi8(0x30);
@@ -398,7 +510,7 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
             )
         })
     });
-    for a in &act[..g.nblocks()] {
+    for a in act {
         // SAFETY: activation arrays are 256 / 32 bytes; the current 210-byte
         // block of every slot is in bounds (RowGroup invariant): ql 128 bytes
         // at 0, qh 64 at 128, scales 16 at 192.
@@ -437,7 +549,7 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
                 let bias = _mm256_madd_epi16(sc_all, bsums);
                 *svr = _mm256_sub_epi32(fold(t), _mm256_slli_epi32::<5>(bias));
             }
-            (reduce8(&sv), fp16_at8(&s, q6_k::D))
+            (reduce8(&sv), fp16x8_rows(&s, q6_k::D))
         };
         acc = add_scaled(acc, sv, d, a.d);
         s.prefetch();
@@ -499,7 +611,28 @@ unsafe fn q3_k_scales_at(p: *const u8) -> __m128i {
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn k16_group<const Q3: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
-    let mut s = Slots::new(g);
+    let act = &act[..g.nblocks()];
+    if Q3 {
+        // SAFETY: the RowGroup invariant covers every block of every slot.
+        with_rows!(g, q3_k::BYTES, |s| unsafe {
+            k16_rows::<Q3, _>(s, act, out)
+        })
+    } else {
+        // SAFETY: as above.
+        with_rows!(g, q2_k::BYTES, |s| unsafe {
+            k16_rows::<Q3, _>(s, act, out)
+        })
+    }
+}
+
+/// [`k16_group`]'s body over any [`Rows`].
+///
+/// # Safety
+/// AVX2, F16C, AVX-512 F/BW/VL, VNNI; every slot's blocks for `act.len()`
+/// steps in bounds.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k16_rows<const Q3: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
     let mut acc = _mm256_setzero_ps();
     let m4 = _mm_set1_epi8(0x0F);
     let m3 = _mm512_set1_epi8(0x03);
@@ -528,7 +661,7 @@ unsafe fn k16_group<const Q3: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mu
         unsafe { load512(idx.as_ptr().cast()) }
     });
     let qs_off = if Q3 { q3_k::QS } else { q2_k::QS };
-    for a in &act[..g.nblocks()] {
+    for a in act {
         // SAFETY: `a.qs` is 256 bytes and `a.bsums` 32 bytes; the current
         // block of every slot is in bounds (RowGroup invariant): Q2_K 84
         // bytes (scales 16 at 0, qs 64 at 16), Q3_K 110 bytes (hmask 32 at
@@ -588,10 +721,10 @@ unsafe fn k16_group<const Q3: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mu
                 };
             }
             if Q3 {
-                let d = fp16_at8(&s, q3_k::D);
+                let d = fp16x8_rows(&s, q3_k::D);
                 (reduce8(&sv), reduce8(&mv), d, d)
             } else {
-                let (d, dmin) = (fp16_at8(&s, q2_k::D), fp16_at8(&s, q2_k::DMIN));
+                let (d, dmin) = (fp16x8_rows(&s, q2_k::D), fp16x8_rows(&s, q2_k::DMIN));
                 (reduce8(&sv), reduce8(&mv), d, dmin)
             }
         };
