@@ -791,8 +791,8 @@ impl PanelEncoder {
                 // The panel's NR columns are NR / 4 column quads of one group.
                 let j0 = p * NR;
                 let quad0 = (j0 / GROUP_SIZE) * (GROUP_SIZE / 4) + (j0 % GROUP_SIZE) / 4;
-                for rb in rb0..rb1 {
-                    let acc = simd::tile(self.isa, &apack[rb * kp..(rb + 1) * kp], bpanel);
+                // The decisions of tile `rb` (its MR rows).
+                let mut decide = |rb: usize, acc: &simd::Tile| {
                     for (r, accr) in acc.iter().enumerate() {
                         let c = rb * MR + r;
                         if c >= cnt {
@@ -823,6 +823,25 @@ impl PanelEncoder {
                             panel[byte + 1] = qd[2] | (qd[3] << 4);
                         }
                     }
+                };
+                // Tiles in pairs where the tier runs two at once.
+                let mut rb = rb0;
+                while rb + 1 < rb1 {
+                    let (t0, t1) = simd::tile2(
+                        self.isa,
+                        &apack[rb * kp..(rb + 1) * kp],
+                        &apack[(rb + 1) * kp..(rb + 2) * kp],
+                        bpanel,
+                    );
+                    decide(rb, &t0);
+                    decide(rb + 1, &t1);
+                    rb += 2;
+                }
+                if rb < rb1 {
+                    decide(
+                        rb,
+                        &simd::tile(self.isa, &apack[rb * kp..(rb + 1) * kp], bpanel),
+                    );
                 }
             }
         }
@@ -1121,6 +1140,15 @@ mod tests {
                     for (p, bpanel) in bpanels.chunks_exact(kp).enumerate() {
                         let est = simd::tile(t, &apack, bpanel);
                         let sc = simd::scalar_tile(&apack, bpanel);
+                        // Two tiles in one pass (tile2) are the two tiles,
+                        // bit for bit (the second: the rows reversed).
+                        let other: Vec<APack> =
+                            apack.iter().map(|x| [x[3], x[2], x[1], x[0]]).collect();
+                        let (e0, e1) = simd::tile2(t, &apack, &other, bpanel);
+                        let bits = |x: &simd::Tile| x.map(|row| row.map(f64::to_bits));
+                        assert_eq!(bits(&e0), bits(&est), "{t:?} kp {kp} tile2 first");
+                        let single = simd::tile(t, &other, bpanel);
+                        assert_eq!(bits(&e1), bits(&single), "{t:?} kp {kp} tile2 second");
                         for (r, uf) in rb.iter().enumerate() {
                             for q in 0..NR {
                                 let j = p * NR + q;

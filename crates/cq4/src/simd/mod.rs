@@ -158,6 +158,19 @@ pub(crate) fn tile(isa: EncodeIsa, a: &[APack], b: &[BRow]) -> Tile {
     }
 }
 
+/// Two tiles over one R panel: `(tile(isa, a0, b), tile(isa, a1, b))`,
+/// bit for bit. The AVX-512 tier runs them in one pass (one tile alone
+/// leaves half its FMA throughput idle); the others run them in turn.
+#[inline]
+pub(crate) fn tile2(isa: EncodeIsa, a0: &[APack], a1: &[APack], b: &[BRow]) -> (Tile, Tile) {
+    assert!(a0.len() == b.len() && a1.len() == b.len() && b.len().is_multiple_of(KB));
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx512 if isa.supported() => avx512::tile2(a0, a1, b),
+        _ => (tile(isa, a0, b), tile(isa, a1, b)),
+    }
+}
+
 /// The Hadamard batch quantizer on `isa` (x86-64 tiers: the portable body
 /// compiled with AVX2; elsewhere the portable body as built).
 #[inline]
