@@ -14,7 +14,7 @@ use core::arch::x86_64::*;
 
 use super::{
     add_scaled, bcast16_mask, fp16x8_rows, fp16x8x2_rows, i8x8, iq4_levels, iq4_table,
-    iq4_xs_scales_at, k4_scales, load128, load256, q4_1_contrib, q4_values, q5_0_values,
+    iq4_xs_scales_at, k4_scale_bytes, load128, load256, q4_1_contrib, q4_values, q5_0_values,
     q5_1_values, read_u32, reduce8, with_rows, Rows,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
@@ -348,6 +348,33 @@ fn fold(v: __m512i) -> __m256i {
     _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
 }
 
+/// Lane `r` = the sum of the 16 i32 lanes of `t[r]` (exact in wrapping
+/// i32 as every caller's sums are): an unpack-and-add transpose in 512
+/// bits (16 shuffles, 8 adds for 8 rows) instead of folding each vector to
+/// 256 bits and a `vphaddd` tree.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn reduce8x16(t: &[__m512i; 8]) -> __m256i {
+    // Per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3].
+    let two = |a: __m512i, b: __m512i| {
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b))
+    };
+    // Per 128-bit lane: the lane sums of a, b, c, d.
+    let four = |ab: __m512i, cd: __m512i| {
+        _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd))
+    };
+    let a = four(two(t[0], t[1]), two(t[2], t[3]));
+    let b = four(two(t[4], t[5]), two(t[6], t[7]));
+    // [a.L0 + a.L1, a.L2 + a.L3, b.L0 + b.L1, b.L2 + b.L3].
+    let z = _mm512_add_epi32(
+        _mm512_shuffle_i64x2::<0b10_00_10_00>(a, b),
+        _mm512_shuffle_i64x2::<0b11_01_11_01>(a, b),
+    );
+    // [a, a, b, b] totals; then lanes 0 and 2.
+    let w = _mm512_add_epi32(z, _mm512_shuffle_i64x2::<0b10_11_00_01>(z, z));
+    _mm512_castsi512_si256(_mm512_shuffle_i64x2::<0b00_00_10_00>(w, w))
+}
+
 /// 64 bytes at `p`.
 ///
 /// # Safety
@@ -396,13 +423,21 @@ unsafe fn k4_rows<const Q5: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut
                 join(load256(q.add(128)), load256(q.add(192))),
                 join(load256(q.add(160)), load256(q.add(224))),
             ];
+            // The 8 sums of 32 activations (pairs of bsums; |x| <= 4064,
+            // exact in i16), in each 128-bit lane.
             let bsums = load256(a.bsums.as_ptr().cast());
-            let mut sv = [_mm256_setzero_si256(); 8];
-            let mut mv = [_mm256_setzero_si256(); 8];
+            let b32 = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
+            let b4 = _mm512_broadcast_i32x4(_mm_packs_epi32(
+                _mm256_castsi256_si128(b32),
+                _mm256_extracti128_si256::<1>(b32),
+            ));
+            let mut sv = [_mm512_setzero_si512(); 8];
+            let mut scm = [_mm_setzero_si128(); 8];
             for r in 0..8 {
                 let p = s.at(r);
-                let (sc, mins) = k4_scales(p);
-                let sc4 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc));
+                // [sc0..8 | m0..8] as bytes.
+                scm[r] = k4_scale_bytes(p);
+                let sc4 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scm[r]));
                 let z0 = load512(p.add(qs_off));
                 let z1 = load512(p.add(qs_off + 64));
                 let mut v = [
@@ -423,11 +458,10 @@ unsafe fn k4_rows<const Q5: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut
                     let pi = _mm512_maddubs_epi16(v[i], av[i]);
                     t = _mm512_dpwssd_epi32(t, pi, _mm512_shuffle_epi8(sc4, smask[i]));
                 }
-                sv[r] = fold(t);
-                mv[r] = _mm256_madd_epi16(mins, bsums);
+                sv[r] = t;
             }
             let (d, dmin) = fp16x8x2_rows(&s, q4_k::D);
-            (reduce8(&sv), reduce8(&mv), d, dmin)
+            (reduce8x16(&sv), k4_mins8(&scm, b4), d, dmin)
         };
         let da = _mm256_set1_ps(a.d);
         let c = _mm256_sub_ps(
@@ -440,6 +474,32 @@ unsafe fn k4_rows<const Q5: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut
     }
     // SAFETY: `out` is 8 f32.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// `sum_j m_j b_j` of each of 8 rows (lane `r`), from the rows' scale
+/// bytes `scm[r]` = `[sc0..8 | m0..8]` (mins <= 63) and `b4` = the 8 sums
+/// of 32 activations as i16 in every 128-bit lane: the rows' mins as i16,
+/// two rows per 256 bits and four per 512, one `vpdpwssd` per four rows
+/// (128-bit lane `L` of the first vector: row `L`, of the second: row
+/// `L + 4`; |sum| <= 8 * 63 * 4064 < 2^22), then each lane's four i32
+/// summed and the 8 totals put in row order.
+///
+/// # Safety
+/// AVX2, AVX-512 F/BW/VL, VNNI.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn k4_mins8(scm: &[__m128i; 8], b4: __m512i) -> __m256i {
+    let m2 = |r: usize| _mm256_cvtepu8_epi16(_mm_unpackhi_epi64(scm[r], scm[r + 1]));
+    let lo = join(m2(0), m2(2));
+    let hi = join(m2(4), m2(6));
+    let dl = _mm512_dpwssd_epi32(_mm512_setzero_si512(), lo, b4);
+    let dh = _mm512_dpwssd_epi32(_mm512_setzero_si512(), hi, b4);
+    // Lane L: [A0 + A2, B0 + B2, A1 + A3, B1 + B3] (A = row L, B = row L + 4).
+    let u = _mm512_add_epi32(_mm512_unpacklo_epi32(dl, dh), _mm512_unpackhi_epi32(dl, dh));
+    // Lane L: [A, B, A, B] (the row totals).
+    let w = _mm512_add_epi32(u, _mm512_shuffle_epi32::<0b01_00_11_10>(u));
+    let idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, w))
 }
 
 /// Q4_K / Q5_K group kernel body: [`k4_rows`] with the group's addressing.
