@@ -348,6 +348,28 @@ fn fold(v: __m512i) -> __m256i {
     _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
 }
 
+/// `acc + madd(a, b)` as one `vpdpwssd` (exactly the intrinsic
+/// `_mm512_dpwssd_epi32`). Written out because LLVM rewrites a chain of
+/// those intrinsics into `vpmaddwd` + `vpaddd` pairs (two uops for one on
+/// the ports these kernels saturate).
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    let mut acc = acc;
+    // SAFETY: one AVX-512 VNNI instruction on registers (the callers run
+    // only in the VNNI tier); it reads and writes nothing else.
+    unsafe {
+        core::arch::asm!(
+            "vpdpwssd {acc}, {a}, {b}",
+            acc = inout(zmm_reg) acc,
+            a = in(zmm_reg) a,
+            b = in(zmm_reg) b,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
 /// Lane `r` = the sum of the 16 i32 lanes of `t[r]` (exact in wrapping
 /// i32 as every caller's sums are): an unpack-and-add transpose in 512
 /// bits (16 shuffles, 8 adds for 8 rows) instead of folding each vector to
@@ -456,7 +478,7 @@ unsafe fn k4_rows<const Q5: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut
                 let mut t = _mm512_setzero_si512();
                 for i in 0..4 {
                     let pi = _mm512_maddubs_epi16(v[i], av[i]);
-                    t = _mm512_dpwssd_epi32(t, pi, _mm512_shuffle_epi8(sc4, smask[i]));
+                    t = dpwssd(t, pi, _mm512_shuffle_epi8(sc4, smask[i]));
                 }
                 sv[r] = t;
             }
@@ -602,8 +624,8 @@ unsafe fn q6_k_rows<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
                     );
                     let p12 = _mm512_maddubs_epi16(v12, av[2 * h]);
                     let p34 = _mm512_maddubs_epi16(v34, av[2 * h + 1]);
-                    t = _mm512_dpwssd_epi32(t, p12, _mm512_permutexvar_epi16(sidx[h][0], scz));
-                    t = _mm512_dpwssd_epi32(t, p34, _mm512_permutexvar_epi16(sidx[h][1], scz));
+                    t = dpwssd(t, p12, _mm512_permutexvar_epi16(sidx[h][0], scz));
+                    t = dpwssd(t, p34, _mm512_permutexvar_epi16(sidx[h][1], scz));
                 }
                 // sum sc_j (v - 32) a = sum sc_j v a - 32 sum sc_j bsum_j.
                 let bias = _mm256_madd_epi16(sc_all, bsums);
@@ -770,7 +792,7 @@ unsafe fn k16_rows<const Q3: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mu
                     }
                     // |dot| <= 4 * 7 * 127: the i16 pack is exact.
                     let pk = _mm512_packs_epi32(dot[0], dot[1]);
-                    t = _mm512_dpwssd_epi32(t, pk, _mm512_permutexvar_epi16(sidx[h], scz));
+                    t = dpwssd(t, pk, _mm512_permutexvar_epi16(sidx[h], scz));
                 }
                 sv[r] = if Q3 {
                     // sum sc_j v a = sum sc_j (v + 4) a - 4 sum sc_j bsum_j.
