@@ -185,13 +185,16 @@ pub(crate) struct Lookahead {
 }
 
 impl Lookahead {
-    /// For a group whose slots start at `offsets` and advance `stride` bytes
-    /// per block for `nblocks` blocks.
+    /// For a group whose slots start at `offsets` and advance `strides`
+    /// bytes per block for `nblocks` blocks (no jump unless every slot has
+    /// the same stride).
     #[inline(always)]
-    pub(crate) fn new(offsets: &[usize; 8], stride: usize, nblocks: usize) -> Self {
+    pub(crate) fn new(offsets: &[usize; 8], strides: &[usize; 8], nblocks: usize) -> Self {
+        let stride = strides[0];
         let span = nblocks * stride;
         let halves_apart = offsets[4].saturating_sub(offsets[0]);
-        let jump = if halves_apart >= span && span > 0 {
+        let uniform = strides.iter().all(|&x| x == stride);
+        let jump = if uniform && halves_apart >= span && span > 0 {
             (2 * halves_apart).saturating_sub(span)
         } else {
             0
@@ -252,10 +255,7 @@ impl Slots {
         for (a, &st) in ahead.iter_mut().zip(&stride) {
             *a = PREFETCH_BYTES.div_ceil(st.max(1)) * st;
         }
-        let mut look = Lookahead::new(g.offsets(), stride[0], g.nblocks());
-        if stride.iter().any(|&x| x != stride[0]) {
-            look.jump = 0;
-        }
+        let look = Lookahead::new(g.offsets(), &stride, g.nblocks());
         Slots {
             p,
             stride,

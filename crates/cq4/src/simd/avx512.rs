@@ -28,9 +28,11 @@ pub(super) fn tile2(a0: &[APack], a1: &[APack], b: &[BRow]) -> (Tile, Tile) {
 
 /// `N` tiles sharing each loaded row of R: `N * MR` independent
 /// accumulator chains. One tile alone has only `MR` = 4 chains, fewer than
-/// two FMA pipes times the FMA latency (~8) need, so it runs at about half
-/// the FMA rate; two tiles fill both pipes. The caller gives every `a[i]`
-/// the length of `b`, a multiple of `KB`.
+/// two 512-bit FMA units times the FMA latency would need; on the one
+/// AVX-512 guest measured (docs/BENCHMARKS.md, issue 13 session 10) the
+/// tile already ran at about one 512-bit FMA per cycle and two tiles gained
+/// 6 %. The caller gives every `a[i]` the length of `b`, a multiple of
+/// `KB`.
 #[target_feature(enable = "avx512f")]
 fn tile_n<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
     let mut out = [[[_mm512_setzero_pd(); NR / 8]; MR]; N];

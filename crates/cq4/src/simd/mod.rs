@@ -159,8 +159,9 @@ pub(crate) fn tile(isa: EncodeIsa, a: &[APack], b: &[BRow]) -> Tile {
 }
 
 /// Two tiles over one R panel: `(tile(isa, a0, b), tile(isa, a1, b))`,
-/// bit for bit. The AVX-512 tier runs them in one pass (one tile alone
-/// leaves half its FMA throughput idle); the others run them in turn.
+/// bit for bit. The AVX-512 tier runs them in one pass (twice the
+/// independent FMA chains; see `avx512::tile_n`); the others run them in
+/// turn.
 #[inline]
 pub(crate) fn tile2(isa: EncodeIsa, a0: &[APack], a1: &[APack], b: &[BRow]) -> (Tile, Tile) {
     assert!(a0.len() == b.len() && a1.len() == b.len() && b.len().is_multiple_of(KB));

@@ -18,7 +18,7 @@ use super::{
     q5_1_values, read_u32, reduce8, with_rows, Rows,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
-use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q5_0, q5_1, q6_k, q8_0};
+use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0};
 use crate::operands::RowGroup;
 use crate::operands::{CbLut, PanelBlock, KG_PER_GROUP};
 
@@ -420,7 +420,6 @@ unsafe fn load512(p: *const u8) -> __m512i {
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn k4_rows<const Q5: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    use crate::blocks::{q4_k, q5_k};
     let mut acc = _mm256_setzero_ps();
     let pairs = [(0, 2), (1, 3), (4, 6), (5, 7)];
     let smask = pairs.map(|(a, b)| join(bcast16_mask(a), bcast16_mask(b)));
@@ -505,9 +504,6 @@ unsafe fn k4_rows<const Q5: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut
 /// (128-bit lane `L` of the first vector: row `L`, of the second: row
 /// `L + 4`; |sum| <= 8 * 63 * 4064 < 2^22), then each lane's four i32
 /// summed and the 8 totals put in row order.
-///
-/// # Safety
-/// AVX2, AVX-512 F/BW/VL, VNNI.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn k4_mins8(scm: &[__m128i; 8], b4: __m512i) -> __m256i {
@@ -531,7 +527,6 @@ fn k4_mins8(scm: &[__m128i; 8], b4: __m512i) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    use crate::blocks::{q4_k, q5_k};
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let act = &act[..g.nblocks()];
     if Q5 {
@@ -806,7 +801,8 @@ unsafe fn k16_rows<const Q3: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mu
                 let d = fp16x8_rows(&s, q3_k::D);
                 (reduce8(&sv), reduce8(&mv), d, d)
             } else {
-                let (d, dmin) = (fp16x8_rows(&s, q2_k::D), fp16x8_rows(&s, q2_k::DMIN));
+                // d, dmin adjacent (DMIN = D + 2): one load per slot.
+                let (d, dmin) = fp16x8x2_rows(&s, q2_k::D);
                 (reduce8(&sv), reduce8(&mv), d, dmin)
             }
         };

@@ -183,7 +183,7 @@ impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
             d: if PACKED { B } else { d },
             stride,
             ahead: crate::operands::PREFETCH_BYTES.div_ceil(stride.max(1)) * stride,
-            look: crate::operands::Lookahead::new(o, stride, g.nblocks()),
+            look: crate::operands::Lookahead::new(o, st, g.nblocks()),
         })
     }
 }
