@@ -16,7 +16,9 @@ use crate::gptq::Gptq;
 use crate::hadamard::{unrotate_group, HadamardRotation, FIXED_MAGIC, HADAMARD_N};
 use crate::hadamard_quant::{Batch, BatchIdx, HadamardQuant, LANES};
 use crate::orthogonal::OrthogonalRotation;
-use crate::simd::{self, APack, EncodeIsa, KB, MR, NR};
+use crate::simd::{
+    self, APack, Buckets, EncodeIsa, KB, MR, NR, TABLE_BUCKETS, TABLE_TAIL, UNCERTAIN,
+};
 use weights_file::fp16::{f16_bits_to_f32, f16_bits_to_f64, f64_to_f16_bits};
 use weights_file::panel::RotationFamily as Family;
 use weights_file::panel_view::GROUP as GROUP_SIZE;
@@ -187,11 +189,6 @@ struct Scratch {
     scaled: Vec<f32>,
 }
 
-/// Buckets of the decision table.
-const TABLE_BUCKETS: usize = 16384;
-/// Table entry: "decide with the thresholds".
-const UNCERTAIN: u8 = 0xFF;
-
 /// A lookup table that decides most orthogonal-family indices from the f32
 /// estimate alone. Bucket `b` covers `[x_b, x_{b+1})`, `x_b = -range + b*w`;
 /// its entry is the index `#{i : m_i < x}` shared by every `x` in
@@ -229,8 +226,9 @@ impl DecisionTable {
                 }
             })
             .collect();
-        // The entry of every estimate outside the buckets (and of NaN).
-        table.push(UNCERTAIN);
+        // The entry of every estimate outside the buckets (and of NaN),
+        // and the padding of the gathers.
+        table.extend([UNCERTAIN; TABLE_TAIL]);
         DecisionTable {
             range,
             inv_w: 1.0 / w,
@@ -238,32 +236,26 @@ impl DecisionTable {
         }
     }
 
-    /// The index of every value within the filter bound of `est`, or
-    /// [`UNCERTAIN`] if the table does not know it.
-    #[inline(always)]
-    fn lookup(&self, est: f64) -> u8 {
-        let t = (est + self.range) * self.inv_w;
-        // Branch-free: a 32-bit truncation (exact for 0 <= t < 2^14) and a
-        // select of the last entry (UNCERTAIN) for every other t.
-        let inside = t >= 0.0 && t < TABLE_BUCKETS as f64;
-        let b = if inside {
-            t as i32 as usize
-        } else {
-            TABLE_BUCKETS
-        };
-        self.table[b.min(TABLE_BUCKETS)]
+    fn buckets(&self) -> Buckets<'_> {
+        Buckets {
+            table: &self.table,
+            range: self.range,
+            inv_w: self.inv_w,
+        }
     }
 
-    /// [`DecisionTable::lookup`] of a tile row's `NR` estimates, and the
-    /// mask of those it does not know (bit `q` for column `q`).
+    /// The index of every value within the filter bound of `est`, or
+    /// [`UNCERTAIN`] if the table does not know it.
+    #[cfg(test)]
+    fn lookup(&self, est: f64) -> u8 {
+        self.buckets().lookup(est)
+    }
+
+    /// The lookups of a tile row's `NR` estimates on `isa`, and the mask of
+    /// those it does not know (bit `q` for column `q`).
     #[inline(always)]
-    fn lookup_row(&self, est: &[f64; NR]) -> ([u8; NR], u32) {
-        let idx: [u8; NR] = std::array::from_fn(|q| self.lookup(est[q]));
-        let mut unsure = 0u32;
-        for (q, &d) in idx.iter().enumerate() {
-            unsure |= u32::from(d == UNCERTAIN) << q;
-        }
-        (idx, unsure)
+    fn lookup_row(&self, isa: EncodeIsa, est: &[f64; NR]) -> ([u8; NR], u32) {
+        simd::lookup_row(isa, self.buckets(), est)
     }
 }
 
@@ -798,7 +790,7 @@ impl PanelEncoder {
                         if c >= cnt {
                             break;
                         }
-                        let (mut idx, mut unsure) = self.table.lookup_row(accr);
+                        let (mut idx, mut unsure) = self.table.lookup_row(self.isa, accr);
                         while unsure != 0 {
                             let q = unsure.trailing_zeros() as usize;
                             unsure &= unsure - 1;
@@ -824,24 +816,21 @@ impl PanelEncoder {
                         }
                     }
                 };
-                // Tiles in pairs where the tier runs two at once.
+                // Tiles in fours (the AVX-512 tier runs them in one pass).
                 let mut rb = rb0;
-                while rb + 1 < rb1 {
-                    let (t0, t1) = simd::tile2(
-                        self.isa,
-                        &apack[rb * kp..(rb + 1) * kp],
-                        &apack[(rb + 1) * kp..(rb + 2) * kp],
-                        bpanel,
-                    );
-                    decide(rb, &t0);
-                    decide(rb + 1, &t1);
-                    rb += 2;
+                while rb + 4 <= rb1 {
+                    let a = std::array::from_fn(|t| &apack[(rb + t) * kp..(rb + t + 1) * kp]);
+                    for (t, tile) in simd::tiles::<4>(self.isa, a, bpanel).iter().enumerate() {
+                        decide(rb + t, tile);
+                    }
+                    rb += 4;
                 }
-                if rb < rb1 {
+                while rb < rb1 {
                     decide(
                         rb,
                         &simd::tile(self.isa, &apack[rb * kp..(rb + 1) * kp], bpanel),
                     );
+                    rb += 1;
                 }
             }
         }
@@ -1140,15 +1129,28 @@ mod tests {
                     for (p, bpanel) in bpanels.chunks_exact(kp).enumerate() {
                         let est = simd::tile(t, &apack, bpanel);
                         let sc = simd::scalar_tile(&apack, bpanel);
-                        // Two tiles in one pass (tile2) are the two tiles,
-                        // bit for bit (the second: the rows reversed).
-                        let other: Vec<APack> =
-                            apack.iter().map(|x| [x[3], x[2], x[1], x[0]]).collect();
-                        let (e0, e1) = simd::tile2(t, &apack, &other, bpanel);
+                        // Four tiles in one pass are the four tiles, bit
+                        // for bit (the others: the rows in other orders).
+                        let perm = |o: [usize; MR]| -> Vec<APack> {
+                            apack.iter().map(|x| o.map(|i| x[i])).collect()
+                        };
+                        let others = [perm([3, 2, 1, 0]), perm([1, 2, 3, 0]), perm([2, 0, 3, 1])];
+                        let four = simd::tiles::<4>(
+                            t,
+                            [&apack, &others[0], &others[1], &others[2]],
+                            bpanel,
+                        );
                         let bits = |x: &simd::Tile| x.map(|row| row.map(f64::to_bits));
-                        assert_eq!(bits(&e0), bits(&est), "{t:?} kp {kp} tile2 first");
-                        let single = simd::tile(t, &other, bpanel);
-                        assert_eq!(bits(&e1), bits(&single), "{t:?} kp {kp} tile2 second");
+                        assert_eq!(bits(&four[0]), bits(&est), "{t:?} kp {kp} tiles first");
+                        for (i, o) in others.iter().enumerate() {
+                            let single = simd::tile(t, o, bpanel);
+                            assert_eq!(
+                                bits(&four[i + 1]),
+                                bits(&single),
+                                "{t:?} kp {kp} tiles {}",
+                                i + 1
+                            );
+                        }
                         for (r, uf) in rb.iter().enumerate() {
                             for q in 0..NR {
                                 let j = p * NR + q;
@@ -1194,12 +1196,6 @@ mod tests {
             ] {
                 assert_eq!(t.lookup(x), UNCERTAIN, "d={d} x={x}");
             }
-            let row: [f64; NR] = std::array::from_fn(|q| (q as f64 - 8.0) * 0.37 * m[LEVELS / 2]);
-            let (idx, unsure) = t.lookup_row(&row);
-            for q in 0..NR {
-                assert_eq!(idx[q], t.lookup(row[q]));
-                assert_eq!(unsure >> q & 1 == 1, idx[q] == UNCERTAIN);
-            }
             let mut probes = vec![];
             for &x in &m {
                 for k in -400..=400 {
@@ -1208,6 +1204,35 @@ mod tests {
             }
             for i in 0..100_000 {
                 probes.push((i as f64 - 50_000.0) * 1e-5);
+            }
+            // Every tier's row lookups are the scalar lookups, also at the
+            // bucket edges, outside the buckets and for NaN.
+            let mut rows = probes.clone();
+            let w = 1.0 / t.inv_w;
+            for b in [
+                0usize,
+                1,
+                2,
+                TABLE_BUCKETS / 2,
+                TABLE_BUCKETS - 1,
+                TABLE_BUCKETS,
+            ] {
+                let x = -t.range + b as f64 * w;
+                rows.extend([x, x.next_up(), x.next_down(), x + w / 2.0]);
+            }
+            rows.extend([-t.range - w, -t.range - w / 2.0, t.range + w, 1e300, -1e300]);
+            rows.extend([f64::INFINITY, f64::NEG_INFINITY, f64::NAN, -0.0, 0.0]);
+            while !rows.len().is_multiple_of(NR) {
+                rows.push(0.0);
+            }
+            for isa in simd::EncodeIsa::available() {
+                for row in rows.as_chunks::<NR>().0 {
+                    let (idx, unsure) = t.lookup_row(isa, row);
+                    for q in 0..NR {
+                        assert_eq!(idx[q], t.lookup(row[q]), "{isa:?} d={d} x={}", row[q]);
+                        assert_eq!(unsure >> q & 1 == 1, idx[q] == UNCERTAIN);
+                    }
+                }
             }
             for &x in &probes {
                 let i = t.lookup(x);

@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{APack, BRow, Tile, KB, MR, NR};
+use super::{APack, BRow, Buckets, Tile, KB, MR, NR, TABLE_BUCKETS, UNCERTAIN};
 use crate::hadamard_quant::{
     Batch, BatchIdx, HadamardQuant, Positions, Rotated, Row, SearchTable, LANES,
 };
@@ -116,4 +116,56 @@ fn sums_avx2(st: &SearchTable, rot: &Rotated, pos: &Positions, l: usize) -> (Row
         _mm_storeu_pd(den[2].as_mut_ptr(), d2);
     }
     (num, den)
+}
+
+/// [`Buckets::lookup`] of 16 estimates: the same f64 add, multiply and
+/// range test per lane, the truncated buckets' entries gathered; and the
+/// mask of the [`UNCERTAIN`] ones. Safe entry: checks the CPU and the
+/// table's length, then runs the kernel.
+pub(super) fn lookup_row(t: Buckets<'_>, est: &[f64; NR]) -> ([u8; NR], u32) {
+    assert!(std::arch::is_x86_feature_detected!("avx2"));
+    assert!(t.table.len() >= TABLE_BUCKETS + 4);
+    // SAFETY: AVX2 was detected on this CPU just above; the table length
+    // was checked for the gather.
+    unsafe { lookup_row_avx2(t, est) }
+}
+
+/// # Safety
+/// The CPU has AVX2; `t.table` has at least `TABLE_BUCKETS + 4` bytes.
+#[target_feature(enable = "avx2")]
+unsafe fn lookup_row_avx2(t: Buckets<'_>, est: &[f64; NR]) -> ([u8; NR], u32) {
+    let range = _mm256_set1_pd(t.range);
+    let inv_w = _mm256_set1_pd(t.inv_w);
+    let nb = _mm256_set1_pd(TABLE_BUCKETS as f64);
+    let outside = _mm_set1_epi32(TABLE_BUCKETS as i32);
+    // The low 32 bits of each 64-bit mask lane.
+    let low_halves = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    let mut words = [_mm_setzero_si128(); 4];
+    for (q, w) in words.iter_mut().enumerate() {
+        // SAFETY: lanes `4q .. 4q + 4` of the 16 (q < 4); unaligned load.
+        let v = unsafe { _mm256_loadu_pd(est.as_ptr().add(4 * q)) };
+        let x = _mm256_mul_pd(_mm256_add_pd(v, range), inv_w);
+        let m = _mm256_and_pd(
+            _mm256_cmp_pd::<_CMP_GE_OQ>(x, _mm256_setzero_pd()),
+            _mm256_cmp_pd::<_CMP_LT_OQ>(x, nb),
+        );
+        let m32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(
+            _mm256_castpd_si256(m),
+            low_halves,
+        ));
+        let b = _mm_blendv_epi8(outside, _mm256_cvttpd_epi32(x), m32);
+        // SAFETY: every lane of `b` is at most TABLE_BUCKETS, so each 4-byte
+        // read at `table + b` is inside the table (checked length).
+        let g = unsafe { _mm_i32gather_epi32::<1>(t.table.as_ptr().cast(), b) };
+        *w = _mm_and_si128(g, _mm_set1_epi32(0xFF));
+    }
+    let bytes = _mm_packus_epi16(
+        _mm_packus_epi32(words[0], words[1]),
+        _mm_packus_epi32(words[2], words[3]),
+    );
+    let unsure = _mm_movemask_epi8(_mm_cmpeq_epi8(bytes, _mm_set1_epi8(UNCERTAIN as i8)));
+    let mut out = [0u8; NR];
+    // SAFETY: 16 bytes into the 16-byte array; unaligned store.
+    unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), bytes) };
+    (out, unsure as u32)
 }

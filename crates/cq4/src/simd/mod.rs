@@ -151,24 +151,88 @@ pub(crate) fn tile(isa: EncodeIsa, a: &[APack], b: &[BRow]) -> Tile {
         #[cfg(target_arch = "x86_64")]
         EncodeIsa::Avx2 if isa.supported() => avx2::tile(a, b),
         #[cfg(target_arch = "x86_64")]
-        EncodeIsa::Avx512 if isa.supported() => avx512::tile(a, b),
+        EncodeIsa::Avx512 if isa.supported() => {
+            let [t] = avx512::tiles([a], b);
+            t
+        }
         #[cfg(target_arch = "aarch64")]
         EncodeIsa::Neon if isa.supported() => neon::tile(a, b),
         _ => scalar_tile(a, b),
     }
 }
 
-/// Two tiles over one R panel: `(tile(isa, a0, b), tile(isa, a1, b))`,
-/// bit for bit. The AVX-512 tier runs them in one pass (twice the
-/// independent FMA chains; see `avx512::tile_n`); the others run them in
-/// turn.
+/// `N` tiles over one R panel: `[tile(isa, a[0], b), .., tile(isa, a[N-1], b)]`,
+/// bit for bit. The AVX-512 tier runs them in one pass (one load of R per
+/// `4 N` FMAs; see `avx512::tile_n`); the others run them in turn.
 #[inline]
-pub(crate) fn tile2(isa: EncodeIsa, a0: &[APack], a1: &[APack], b: &[BRow]) -> (Tile, Tile) {
-    assert!(a0.len() == b.len() && a1.len() == b.len() && b.len().is_multiple_of(KB));
+pub(crate) fn tiles<const N: usize>(isa: EncodeIsa, a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
+    assert!(a.iter().all(|x| x.len() == b.len()) && b.len().is_multiple_of(KB));
     match isa {
         #[cfg(target_arch = "x86_64")]
-        EncodeIsa::Avx512 if isa.supported() => avx512::tile2(a0, a1, b),
-        _ => (tile(isa, a0, b), tile(isa, a1, b)),
+        EncodeIsa::Avx512 if isa.supported() => avx512::tiles(a, b),
+        _ => a.map(|x| tile(isa, x, b)),
+    }
+}
+
+/// Buckets of a decision table (`encode::DecisionTable`): entries
+/// `0..TABLE_BUCKETS`, then [`TABLE_TAIL`] entries of "not known" (the
+/// entry of every estimate outside the buckets, and padding so a 4-byte
+/// gather at any entry index stays inside the table).
+pub(crate) const TABLE_BUCKETS: usize = 16384;
+/// Entries after the buckets (all "not known").
+pub(crate) const TABLE_TAIL: usize = 4;
+/// A decision table's entry "not known: decide with the thresholds".
+pub(crate) const UNCERTAIN: u8 = 0xFF;
+
+/// A decision table's view for the lookups: entry `b` covers estimates
+/// `x` with `b <= (x + range) * inv_w < b + 1`.
+#[derive(Clone, Copy)]
+pub(crate) struct Buckets<'a> {
+    pub table: &'a [u8],
+    pub range: f64,
+    pub inv_w: f64,
+}
+
+impl Buckets<'_> {
+    /// The entry of estimate `est`: bucket `t = (est + range) * inv_w`
+    /// (f64 add, then multiply), truncated, when `0 <= t < TABLE_BUCKETS`;
+    /// otherwise (and for NaN) the first tail entry. The reference of every
+    /// tier's [`lookup_row`].
+    #[inline(always)]
+    pub(crate) fn lookup(&self, est: f64) -> u8 {
+        let t = (est + self.range) * self.inv_w;
+        // Branch-free: a 32-bit truncation (exact for 0 <= t < 2^14) and a
+        // select of the first tail entry for every other t.
+        let inside = t >= 0.0 && t < TABLE_BUCKETS as f64;
+        let b = if inside {
+            t as i32 as usize
+        } else {
+            TABLE_BUCKETS
+        };
+        self.table[b.min(TABLE_BUCKETS)]
+    }
+}
+
+/// [`Buckets::lookup`] of a tile row's `NR` estimates on `isa`, and the
+/// mask of the entries that are [`UNCERTAIN`] (bit `q` for column `q`): the
+/// same on every tier (the AVX2 and AVX-512 tiers compute the buckets with
+/// the same f64 operations and gather the entries).
+#[inline]
+pub(crate) fn lookup_row(isa: EncodeIsa, t: Buckets<'_>, est: &[f64; NR]) -> ([u8; NR], u32) {
+    assert!(t.table.len() == TABLE_BUCKETS + TABLE_TAIL);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx2 if isa.supported() => avx2::lookup_row(t, est),
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx512 if isa.supported() => avx512::lookup_row(t, est),
+        _ => {
+            let idx: [u8; NR] = std::array::from_fn(|q| t.lookup(est[q]));
+            let mut unsure = 0u32;
+            for (q, &d) in idx.iter().enumerate() {
+                unsure |= u32::from(d == UNCERTAIN) << q;
+            }
+            (idx, unsure)
+        }
     }
 }
 
