@@ -228,6 +228,31 @@ fn stream<W: Fn(usize) -> usize>(
 ) -> Result<()> {
     let ty = ggml_of(cat, t)?;
     let data = cat.data(t);
+    // F32 values that stay as they are (float32 dtype, source row order, no
+    // affine map) are handed out of the mapped source without a copy:
+    // decoding them is a bit-for-bit copy and the float32 policy changes
+    // nothing (no overflow to count).
+    if ty == ggml_quants::GgmlType::F32
+        && dtype == TorchDtype::Float32
+        && source.is_none()
+        && affine.is_identity()
+        && u.bytes == 4 * u.values
+    {
+        if let Some(all) = model_sources::mmap::f32_le_view(data) {
+            let mut i = 0;
+            while i < u.count {
+                let n = u.per.min(u.count - i);
+                let vals = all.get(i * u.values..(i + n) * u.values).ok_or_else(|| {
+                    bad_input(format!("{}: data shorter than its shape", at(cat, t)))
+                })?;
+                f(i, vals)?;
+                // Read: the chunk's mapped pages leave the resident set.
+                cat.release(t, (i * u.bytes) as u64, ((i + n) * u.bytes) as u64);
+                i += n;
+            }
+            return Ok(());
+        }
+    }
     let mut buf = vec![0f32; u.per.min(u.count) * u.values];
     let mut gathered = Vec::new();
     let mut stats = MaterializeStats::default();

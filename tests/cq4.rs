@@ -480,3 +480,76 @@ fn unusable_hessians_are_refused() {
     ]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// F32 rows are read in place from the mapped source when 4-byte aligned
+/// and decoded into a copy when not: both give the same CQ4 file, byte for
+/// byte (two safetensors files whose one matrix, two 16 MiB chunks long,
+/// starts at file offsets 0 and 2 mod 4; only the manifests' source digests
+/// differ).
+#[test]
+fn f32_rows_read_in_place_and_copied_give_the_same_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Deterministic values of magnitude ~0.02, a few exactly 0.
+    let mut s = 0x9E37_79B9_7F4A_7C15u64;
+    let (rows, cols) = (8320usize, 512usize);
+    let vals: Vec<f32> = (0..rows * cols)
+        .map(|i| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if i % 97 == 0 {
+                0.0
+            } else {
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.04
+            }
+        })
+        .collect();
+    let data: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut outs = Vec::new();
+    for (name, rem) in [("aligned", 0usize), ("unaligned", 2)] {
+        let mut h = format!(
+            r#"{{"model.layers.0.mlp.up_proj.weight":{{"dtype":"F32","shape":[{rows},{cols}],"data_offsets":[0,{}]}}}}"#,
+            data.len()
+        );
+        while (8 + h.len()) % 4 != rem {
+            h.push(' ');
+        }
+        let dir = tmp.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let mut file = (h.len() as u64).to_le_bytes().to_vec();
+        file.extend_from_slice(h.as_bytes());
+        file.extend_from_slice(&data);
+        let src = dir.join("model.safetensors");
+        std::fs::write(&src, file).unwrap();
+        let view = model_sources::mmap::MappedFile::open(&src).unwrap();
+        let at = 8 + h.len();
+        assert_eq!(
+            model_sources::mmap::f32_le_view(&view.bytes()[at..at + data.len()]).is_some(),
+            rem == 0 && cfg!(target_endian = "little"),
+            "{name}"
+        );
+        let out = tmp.path().join(format!("{name}-out"));
+        let o = convert([
+            src.as_os_str(),
+            out.as_os_str(),
+            "-q".as_ref(),
+            "--bits".as_ref(),
+            "4".as_ref(),
+        ]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        outs.push(
+            folder_contents(&out)
+                .into_iter()
+                .filter(|(f, _)| f != "manifest.json")
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert!(data.len() as u64 > convert_chunk_bytes());
+    assert!(outs[0].iter().any(|(f, _)| f.ends_with(".cq4p.weights")));
+    assert!(outs[0] == outs[1], "the two conversions differ");
+}
+
+/// The converter's materialization chunk (src/materialize.rs `CHUNK_BYTES`).
+fn convert_chunk_bytes() -> u64 {
+    16 << 20
+}

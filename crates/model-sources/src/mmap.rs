@@ -5,6 +5,22 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{ErrorKind, Result, SourceError};
 
+/// `bytes` as the little-endian `f32` values they hold, without a copy,
+/// when they can be viewed so: a little-endian target, the first byte
+/// 4-byte aligned and a whole number of values (mapped files are
+/// page-aligned, so a tensor at a 4-byte-aligned offset qualifies).
+/// `None` otherwise: the caller decodes a copy.
+pub fn f32_le_view(bytes: &[u8]) -> Option<&[f32]> {
+    if cfg!(target_endian = "big") {
+        return None;
+    }
+    // SAFETY: every 32-bit pattern is a valid f32, and `align_to` only
+    // gives the middle part at f32 alignment, inside `bytes` and borrowed
+    // from it; on a little-endian target its values are the bytes' LE f32s.
+    let (head, mid, tail) = unsafe { bytes.align_to::<f32>() };
+    (head.is_empty() && tail.is_empty()).then_some(mid)
+}
+
 /// A read-only memory map of a whole file, with its path.
 #[derive(Debug)]
 pub struct MappedFile {
