@@ -183,7 +183,8 @@ fn filter_bound(kp: usize, max_col_norm: f64) -> f64 {
 /// Per-task scratch buffers of the orthogonal kernel (reused across super-blocks).
 #[derive(Default)]
 struct Scratch {
-    uf: Vec<f64>,
+    /// Each row's clamped norm (orthogonal family).
+    norm: Vec<f64>,
     apack: Vec<APack>,
     /// One super-block's rows times the input scales.
     scaled: Vec<f32>,
@@ -733,13 +734,17 @@ impl PanelEncoder {
         let ng = self.geometry.num_groups();
         let mid = &self.codebook.midpoints;
         let nrb = cnt.div_ceil(MR);
-        // uf in f64 (row-major) for the exact path; for the filter, f32 packed
-        // [rb][k][MR].
-        let Scratch { uf, apack, .. } = scratch;
-        uf.clear();
-        uf.resize(cnt * kp, 0.0);
-        apack.clear();
-        apack.resize(nrb * kp, [0.0f32; MR]);
+        // The filter's input: uf of MR rows as f32, packed [rb][k][MR],
+        // every entry written (padding columns and missing rows 0), so the
+        // buffer is only grown, never cleared. The exact path of a rare
+        // fallback recomputes its row's uf (the same `fixed` of the same
+        // values) from `rows` and `norm`.
+        let Scratch { norm, apack, .. } = scratch;
+        norm.clear();
+        norm.resize(cnt, 0.0);
+        if apack.len() < nrb * kp {
+            apack.resize(nrb * kp, [0.0f32; MR]);
+        }
         for rb in 0..nrb {
             let c0 = rb * MR;
             let m = (cnt - c0).min(MR);
@@ -756,21 +761,28 @@ impl PanelEncoder {
                     ss[r] += x * x;
                 }
             }
-            let ap = &mut apack[rb * kp..(rb + 1) * kp];
+            let mut nr = [1.0f64; MR];
             for r in 0..m {
                 let c = c0 + r;
                 // Row order of errors: this row's values, then its norm.
                 self.check_finite(row0 + c, rr[r])?;
-                let norm = ss[r].sqrt().max(NORM_FLOOR);
-                let ufr = &mut uf[c * kp..(c + 1) * kp];
-                // Padding columns stay 0 (= fixed(0, norm)).
-                for ((d, a), &x) in ufr.iter_mut().zip(ap.iter_mut()).zip(rr[r]) {
-                    *d = fixed(x as f64, norm);
-                    a[r] = *d as f32;
-                }
-                let bits = self.stored_norm(row0 + c, 0, norm)?;
+                nr[r] = ss[r].sqrt().max(NORM_FLOOR);
+                norm[c] = nr[r];
+                let bits = self.stored_norm(row0 + c, 0, nr[r])?;
                 norms[c * ng..(c + 1) * ng].fill(bits);
             }
+            let ap = &mut apack[rb * kp..(rb + 1) * kp];
+            let (head, pad) = ap.split_at_mut(k);
+            for (kk, a) in head.iter_mut().enumerate() {
+                let x: [f64; MR] = std::array::from_fn(|r| rr[r][kk] as f64);
+                *a = std::array::from_fn(|r| fixed(x[r], nr[r]) as f32);
+            }
+            if m < MR {
+                // Missing rows (they repeat a row above): 0.
+                head.iter_mut().for_each(|a| a[m..].fill(0.0));
+            }
+            // Padding columns are 0 (= fixed(0, norm)).
+            pad.fill([0.0f32; MR]);
         }
         let e = self.filter_bound;
         let padded = codebook::padded_thresholds(mid);
@@ -802,9 +814,10 @@ impl PanelEncoder {
                                 let j = j0 + q;
                                 index_of(
                                     mid,
-                                    exact_dot(
-                                        &uf[c * kp..(c + 1) * kp],
-                                        &rot.rt32[j * kp..(j + 1) * kp],
+                                    exact_dot_fixed(
+                                        &rows[c * k..(c + 1) * k],
+                                        norm[c],
+                                        &rot.rt32[j * kp..j * kp + k],
                                     ),
                                 )
                             };
@@ -1051,6 +1064,14 @@ fn filter_decision(padded: &[f64; LEVELS + 1], est: f64, e: f64) -> (u8, bool) {
     let idx = codebook::index_bsearch(padded, est);
     let sure = padded[idx] < est - e && padded[idx + 1] > est + e;
     (idx as u8, sure)
+}
+
+/// [`exact_dot`] of `u = fixed(x, norm)` (the row's uf, computed here) and
+/// `r`; `x` and `r` have the row's `K` values (the padding adds nothing).
+#[inline]
+fn exact_dot_fixed(x: &[f32], norm: f64, r: &[f32]) -> f64 {
+    let u: Vec<f64> = x.iter().map(|&v| fixed(v as f64, norm)).collect();
+    exact_dot(&u, r)
 }
 
 /// `sum_k u[k] * r[k]` in f64. The contract defines this sum sequentially in
