@@ -306,6 +306,16 @@ impl Done {
     }
 }
 
+/// Whether this portion needs [`importance_estimate`]: `--input-scales
+/// auto` and a CQ4 matrix without an `--imatrix` entry.
+fn estimate_wanted(plan: &Plan, portion: &Portion, opts: &Options) -> bool {
+    matches!(opts.mode, Mode::Cq4 { estimate: true, .. })
+        && portion.jobs.iter().any(|&i| {
+            let j = &plan.jobs[i];
+            matches!(j.action, Action::Panels { .. }) && j.imatrix.is_none()
+        })
+}
+
 /// `--input-scales auto`: the data-free importance estimate (FORMAT.md
 /// §CQ4.17), when a CQ4 matrix of this portion has no `--imatrix` entry.
 /// A model whose decoder the estimate does not recognise is converted
@@ -317,12 +327,7 @@ fn importance_estimate(
     opts: &Options,
     quiet: bool,
 ) -> Result<Option<crate::importance::Estimate>> {
-    let wanted = matches!(opts.mode, Mode::Cq4 { estimate: true, .. })
-        && portion.jobs.iter().any(|&i| {
-            let j = &plan.jobs[i];
-            matches!(j.action, Action::Panels { .. }) && j.imatrix.is_none()
-        });
-    if !wanted {
+    if !estimate_wanted(plan, portion, opts) {
         return Ok(None);
     }
     let t0 = Instant::now();
@@ -365,7 +370,24 @@ fn write_portion(
         .iter()
         .map(|&i| plan.jobs[i].tensor.n_bytes)
         .sum();
-    let estimate = importance_estimate(cat, plan, portion, opts, quiet)?;
+    // The estimate is one sequential pass over the model: the other
+    // threads hash the jobs' source tensors meanwhile (each job needs its
+    // tensor's sha256 anyway, and would otherwise compute it first).
+    let (estimate, hashed) = rayon::join(
+        || importance_estimate(cat, plan, portion, opts, quiet),
+        || -> std::collections::HashMap<usize, String> {
+            if !estimate_wanted(plan, portion, opts) {
+                return Default::default();
+            }
+            portion
+                .jobs
+                .par_iter()
+                .with_max_len(1)
+                .map(|&i| (i, digest::tensor_sha256(cat, plan.jobs[i].tensor)))
+                .collect()
+        },
+    );
+    let estimate = estimate?;
     let pb = progress(total, quiet);
     let ctx = writers::Ctx {
         cat,
@@ -395,7 +417,10 @@ fn write_portion(
             .map(|&i| {
                 let job = &plan.jobs[i];
                 let t = job.tensor;
-                let src = digest::tensor_sha256(cat, t);
+                let src = match hashed.get(&i) {
+                    Some(h) => h.clone(),
+                    None => digest::tensor_sha256(cat, t),
+                };
                 let imp =
                     writers::importance(&ctx, job).map(|(a, _)| writers::importance_sha256(a));
                 let kept = match resume {
