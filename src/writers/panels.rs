@@ -80,7 +80,11 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
         .with_context(|| format!("{}: header regions overflow", ctx.at(job)))?;
     let mut w = ctx.out.create(&job.file)?;
     w.reserve_prefix(layout.data_offset)?;
+    // A chunk's panels are written while the next chunk is encoded (the
+    // write, a copy into the page cache, would otherwise leave the other
+    // threads idle between chunks).
     let mut panels = Vec::new();
+    let mut written = Vec::new();
     let mut norms = vec![0u16; n * ng];
     materialize::rows(
         ctx.cat,
@@ -92,16 +96,24 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
             let rows = values.len() / k;
             panels.clear();
             panels.resize(rows.div_ceil(SB) * sbb, 0);
-            enc.encode_superblocks(
-                first_row,
-                values,
-                &mut panels,
-                &mut norms[first_row * ng..(first_row + rows) * ng],
-            )
-            .with_context(|| ctx.at(job))?;
-            Ok(w.write_all(&panels)?)
+            let (wrote, encoded) = rayon::join(
+                || w.write_all(&written),
+                || {
+                    enc.encode_superblocks(
+                        first_row,
+                        values,
+                        &mut panels,
+                        &mut norms[first_row * ng..(first_row + rows) * ng],
+                    )
+                },
+            );
+            wrote?;
+            encoded.with_context(|| ctx.at(job))?;
+            std::mem::swap(&mut panels, &mut written);
+            Ok(())
         },
     )?;
+    w.write_all(&written)?;
     let scales = enc.scales_blob(&norms).with_context(|| ctx.at(job))?;
     let done = w.commit_with_prefix(&weights_file::write::prefix(&header, &scales)?)?;
     let mut details = serde_json::json!({
