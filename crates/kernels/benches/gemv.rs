@@ -697,14 +697,16 @@ fn kernel_table(isa: Isa) {
     quantize_q8_0(&x, &mut a0).unwrap();
     quantize_q8_k(&x, &mut ak).unwrap();
     let kern = kernels::dispatch::kernels(isa).unwrap();
-    // The avx2 tier's other table too (256-bit vs 128-bit halves), printed
-    // only: the records are of the table this CPU runs.
-    let other: Option<&kernels::dispatch::Kernels> = if isa == Isa::Avx2 {
-        kernels::dispatch::avx2_variants()
+    // The tier's other table too (avx2: 256-bit vs 128-bit halves; avx512:
+    // without vs with GFNI), printed only: the records are of the table this CPU runs.
+    let other: Option<&kernels::dispatch::Kernels> = match isa {
+        Isa::Avx2 => kernels::dispatch::avx2_variants()
             .into_iter()
-            .find(|t| !std::ptr::eq(*t, kern))
-    } else {
-        None
+            .find(|t| !std::ptr::eq(*t, kern)),
+        Isa::Avx512 => kernels::dispatch::avx512_variants()
+            .into_iter()
+            .find(|t| !std::ptr::eq(*t, kern)),
+        _ => None,
     };
     let filter = std::env::var("GEMV_BENCH_LAYOUT").ok();
     println!("kernel only, {isa}, 8 rows x K = {k}, GB/s (ns per 8-row block step)");
@@ -758,7 +760,7 @@ fn kernel_table(isa: Isa) {
             let ns = data.as_slice().len() as f64 / rate / steps;
             match alt {
                 Some(a) => {
-                    println!("| {name} | {rate:.1} ({ns:.1} ns) | the other avx2 table: {a:.1} |")
+                    println!("| {name} | {rate:.1} ({ns:.1} ns) | the other {isa} table: {a:.1} |")
                 }
                 None => println!("| {name} | {rate:.1} ({ns:.1} ns) |"),
             }

@@ -127,7 +127,7 @@ static AVX2_HALVES: Kernels = Kernels {
 };
 
 #[cfg(all(target_arch = "x86_64", kernels_avx512))]
-static AVX512: Kernels = Kernels {
+const AVX512_TABLE: Kernels = Kernels {
     isa: Isa::Avx512,
     q8_0: crate::x86::avx512::q8_0_group,
     q4_0: crate::x86::avx512::q4_0_group,
@@ -144,6 +144,17 @@ static AVX512: Kernels = Kernels {
     cq4: crate::x86::avx512::cq4_superblock,
     rotate: crate::x86::avx512::orthogonal_rotate,
     gemm: GemmKernels::NONE,
+};
+
+#[cfg(all(target_arch = "x86_64", kernels_avx512))]
+static AVX512: Kernels = AVX512_TABLE;
+
+/// The `avx512` tier on CPUs that also have GFNI: the same table with the
+/// Q6_K kernel that assembles its values with affine byte transforms.
+#[cfg(all(target_arch = "x86_64", kernels_avx512))]
+static AVX512_GFNI: Kernels = Kernels {
+    q6_k: crate::x86::avx512::q6_k_group_gfni,
+    ..AVX512_TABLE
 };
 
 #[cfg(target_arch = "aarch64")]
@@ -208,6 +219,24 @@ pub fn avx2_variants() -> Vec<&'static Kernels> {
     }
 }
 
+/// Both tables of the `avx512` tier, the one without GFNI first, when the
+/// CPU has the tier (the GFNI one only with GFNI), for tests and
+/// benchmarks that compare them ([`kernels`] picks the GFNI one when it
+/// can).
+#[cfg(target_arch = "x86_64")]
+#[doc(hidden)]
+pub fn avx512_variants() -> Vec<&'static Kernels> {
+    #[cfg(kernels_avx512)]
+    if Isa::Avx512.is_available() {
+        return if crate::x86::has_gfni() {
+            vec![&AVX512, &AVX512_GFNI]
+        } else {
+            vec![&AVX512]
+        };
+    }
+    Vec::new()
+}
+
 /// The kernel table of `isa`, or [`KernelError::IsaUnavailable`] when the
 /// CPU lacks it or [`FORCE_ENV`] caps it away.
 pub fn kernels(isa: Isa) -> Result<&'static Kernels, KernelError> {
@@ -220,6 +249,8 @@ pub fn kernels(isa: Isa) -> Result<&'static Kernels, KernelError> {
         Isa::Avx2 if crate::x86::halves() => Ok(&AVX2_HALVES),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => Ok(&AVX2),
+        #[cfg(all(target_arch = "x86_64", kernels_avx512))]
+        Isa::Avx512 if crate::x86::has_gfni() => Ok(&AVX512_GFNI),
         #[cfg(all(target_arch = "x86_64", kernels_avx512))]
         Isa::Avx512 => Ok(&AVX512),
         #[cfg(target_arch = "aarch64")]

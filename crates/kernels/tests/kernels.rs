@@ -90,15 +90,17 @@ fn extreme_sums_every_tier_and_layout() {
     }
 }
 
-/// The `avx2` tier has two tables (256-bit kernels, and the 128-bit-half
-/// variants `kernels(Avx2)` picks on CPUs that split 256-bit operations):
-/// every group of every format, layout and data kind, through both, equals
-/// the scalar group kernel bit for bit, whichever one this CPU uses.
+/// The x86 tiers have two tables each: `avx2` its 256-bit kernels and the
+/// 128-bit-half variants `kernels(Avx2)` picks on CPUs that split 256-bit
+/// operations; `avx512` its kernels and the GFNI Q6_K variant
+/// `kernels(Avx512)` picks on CPUs with GFNI. Every group of every format,
+/// layout and data kind, through every table this CPU can run, equals the
+/// scalar group kernel bit for bit, whichever one this CPU uses.
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn avx2_both_widths_equal_scalar() {
+fn x86_table_variants_equal_scalar() {
     use kernels::act::{quantize_q8_0, quantize_q8_k, ActQ8_0, BlockQ8K};
-    use kernels::dispatch::{avx2_variants, kernels, Kernels};
+    use kernels::dispatch::{avx2_variants, avx512_variants, kernels, Kernels};
     use kernels::ggml::RowGroup;
     use kernels::QuantFormat as F;
 
@@ -121,7 +123,15 @@ fn avx2_both_widths_equal_scalar() {
         o.map(f32::to_bits)
     }
 
-    let variants = avx2_variants();
+    let variants: Vec<(&str, &Kernels)> = avx2_variants()
+        .into_iter()
+        .map(|t| ("avx2", t))
+        .chain(avx512_variants().into_iter().map(|t| ("avx512", t)))
+        .collect();
+    eprintln!(
+        "x86 tables compared with scalar: {:?}",
+        variants.iter().map(|v| v.0).collect::<Vec<_>>()
+    );
     if variants.is_empty() {
         eprintln!("no AVX2 on this CPU: nothing to compare");
         return;
@@ -149,11 +159,11 @@ fn avx2_both_widths_equal_scalar() {
                     for first in (0..n).step_by(8) {
                         let g = m.group_at(first);
                         let want = group(scalar, format, &g, &a0, &ak);
-                        for (vi, v) in variants.iter().enumerate() {
+                        for (vi, (tier, v)) in variants.iter().enumerate() {
                             assert_eq!(
                                 group(v, format, &g, &a0, &ak),
                                 want,
-                                "{format:?} {n}x{k} {layout:?} rows {first}.. avx2 variant {vi}"
+                                "{format:?} {n}x{k} {layout:?} rows {first}.. {tier} table {vi}"
                             );
                         }
                     }

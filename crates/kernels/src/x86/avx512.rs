@@ -552,7 +552,7 @@ forward_pair!(
 /// holds weights `128h .. 128h + 64` (low nibbles of `ql[64h..64h + 64]`)
 /// and another `128h + 64 .. 128h + 128` (high nibbles); the 2 high bits come
 /// from `qh[32h..32h + 32]` with a per-half variable shift; each 128-bit lane
-/// (16 weights) has its own scale, spread with `vpermw`.
+/// (16 weights) has its own scale (see `q6_k_body` for the sums).
 ///
 /// # Safety
 /// The CPU must support AVX2, F16C, AVX-512 F/BW/VL and VNNI.
@@ -564,7 +564,111 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
     with_rows!(g, q6_k::BYTES, |s| unsafe { q6_k_rows(s, act, out) })
 }
 
-/// [`q6_k_group`]'s body over any [`Rows`].
+/// [`q6_k_group`] with the 6-bit values assembled by GFNI affine byte
+/// transforms (`vgf2p8affineqb`: each output bit a chosen input bit of the
+/// same byte) instead of shifts and masks: five vector operations per half
+/// block instead of seven. The same values, so the same sums bit for bit.
+///
+/// # Safety
+/// The CPU must support AVX2, F16C, AVX-512 F/BW/VL, VNNI and GFNI.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni")]
+pub unsafe fn q6_k_group_gfni(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    assert!(act.len() >= g.nblocks(), "activation blocks");
+    let act = &act[..g.nblocks()];
+    // SAFETY: the RowGroup invariant covers every block of every slot.
+    with_rows!(g, q6_k::BYTES, |s| unsafe { q6_k_rows_gfni(s, act, out) })
+}
+
+/// A GF(2) affine-transform matrix (the `vgf2p8affineqb` qword) that sets
+/// output bit `o` of each byte to its input bit `i` for every `(o, i)` of
+/// `map`, and every other output bit to 0: the row of output bit `o` is
+/// byte `7 - o` of the qword.
+const fn bit_matrix(map: &[(u32, u32)]) -> i64 {
+    let mut m = 0u64;
+    let mut k = 0;
+    while k < map.len() {
+        let (o, i) = map[k];
+        m |= (1u64 << i) << (8 * (7 - o));
+        k += 1;
+    }
+    m as i64
+}
+
+/// The Q6_K body shared by [`q6_k_rows`] and [`q6_k_rows_gfni`]; `$unpack`
+/// maps `(z, qh)` (64 bytes of `ql`, the 32 bytes of `qh` broadcast to both
+/// 256-bit halves) to the two vectors of 6-bit values `(v12, v34)`.
+///
+/// Per half `h` of the block: `vpdpbusd` of each vector of values against
+/// its 64 activations (4 products per i32 lane, at most `4 * 63 * 128 =
+/// 32256` in magnitude: exact as i16), the two packed to i16
+/// (`vpackssdw`: per 128-bit lane the 4 sums of `v12`, then the 4 of
+/// `v34`) and multiplied by their i16 scales (spread with one `vpermw`) in
+/// one `vpdpwssd`. The integers are those of the scalar kernel: every
+/// product and sum is exact.
+macro_rules! q6_k_body {
+    ($s:ident, $act:ident, $out:ident, $unpack:expr) => {{
+        let mut acc = _mm256_setzero_ps();
+        // Scale index of i16 lane k of 128-bit lane L of half h: sub-block
+        // 8h + L of v12 for k < 4, 8h + 4 + L of v34 for k >= 4.
+        let sidx: [__m512i; 2] = core::array::from_fn(|h| {
+            let lane = |l: i16| {
+                let b = 8 * h as i16 + l;
+                _mm_setr_epi16(b, b, b, b, b + 4, b + 4, b + 4, b + 4)
+            };
+            join(
+                _mm256_set_m128i(lane(1), lane(0)),
+                _mm256_set_m128i(lane(3), lane(2)),
+            )
+        });
+        let zero = _mm512_setzero_si512();
+        for a in $act {
+            // SAFETY: activation arrays are 256 / 32 bytes; the current
+            // 210-byte block of every slot is in bounds (RowGroup invariant):
+            // ql 128 bytes at 0, qh 64 at 128, scales 16 at 192.
+            let (sv, d) = unsafe {
+                let q = a.qs.as_ptr().cast::<u8>();
+                let av = [
+                    load512(q),
+                    load512(q.add(64)),
+                    load512(q.add(128)),
+                    load512(q.add(192)),
+                ];
+                let bsums = load256(a.bsums.as_ptr().cast());
+                let mut sv = [_mm256_setzero_si256(); 8];
+                for (r, svr) in sv.iter_mut().enumerate() {
+                    let p = $s.at(r);
+                    let sc_all = _mm256_cvtepi8_epi16(load128(p.add(q6_k::SCALES)));
+                    let scz = _mm512_castsi256_si512(sc_all);
+                    let mut t = _mm512_setzero_si512();
+                    for h in 0..2 {
+                        let z = load512(p.add(q6_k::QL + 64 * h));
+                        let qh = _mm512_broadcast_i64x4(load256(p.add(q6_k::QH + 32 * h)));
+                        let (v12, v34) = $unpack(z, qh);
+                        let x = _mm512_dpbusd_epi32(zero, v12, av[2 * h]);
+                        let y = _mm512_dpbusd_epi32(zero, v34, av[2 * h + 1]);
+                        let sc = _mm512_permutexvar_epi16(sidx[h], scz);
+                        t = dpwssd(t, _mm512_packs_epi32(x, y), sc);
+                    }
+                    // sum sc_j (v - 32) a = sum sc_j v a - 32 sum sc_j bsum_j.
+                    let bias = _mm256_madd_epi16(sc_all, bsums);
+                    *svr = _mm256_sub_epi32(fold(t), _mm256_slli_epi32::<5>(bias));
+                }
+                (reduce8(&sv), fp16x8_rows(&$s, q6_k::D))
+            };
+            acc = add_scaled(acc, sv, d, a.d);
+            $s.prefetch();
+            $s.advance();
+        }
+        // SAFETY: `out` is 8 f32.
+        unsafe { _mm256_storeu_ps($out.as_mut_ptr(), acc) };
+    }};
+}
+
+/// [`q6_k_group`]'s body over any [`Rows`]: the values by shifts and masks.
+/// In the low 256-bit half of `qh` (weights `128h + 0..32`, `+64..96`)
+/// the fifth and sixth bits of `v12` are `qh` bits 0-1 and of `v34` bits
+/// 4-5; in the high half (`+32..64`, `+96..128`) bits 2-3 and 6-7: a
+/// per-half variable shift of `qh`, then the mask `0x30`.
 ///
 /// # Safety
 /// The AVX-512 VNNI tier's features; every slot's blocks for `act.len()`
@@ -572,68 +676,53 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn q6_k_rows<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    let mut acc = _mm256_setzero_ps();
     let m4 = _mm512_set1_epi8(0x0F);
     let m30 = _mm512_set1_epi8(0x30);
     let shl = join(_mm256_set1_epi16(4), _mm256_set1_epi16(2));
     let shr = join(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
-    // Scale index of 128-bit lane L of vector (h, t): 8h + 4t + L.
-    let sidx: [[__m512i; 2]; 2] = core::array::from_fn(|h| {
-        core::array::from_fn(|t| {
-            let b = (8 * h + 4 * t) as i16;
-            join(
-                _mm256_set_m128i(_mm_set1_epi16(b + 1), _mm_set1_epi16(b)),
-                _mm256_set_m128i(_mm_set1_epi16(b + 3), _mm_set1_epi16(b + 2)),
-            )
-        })
-    });
-    for a in act {
-        // SAFETY: activation arrays are 256 / 32 bytes; the current 210-byte
-        // block of every slot is in bounds (RowGroup invariant): ql 128 bytes
-        // at 0, qh 64 at 128, scales 16 at 192.
-        let (sv, d) = unsafe {
-            let q = a.qs.as_ptr().cast::<u8>();
-            let av = [
-                load512(q),
-                load512(q.add(64)),
-                load512(q.add(128)),
-                load512(q.add(192)),
-            ];
-            let bsums = load256(a.bsums.as_ptr().cast());
-            let mut sv = [_mm256_setzero_si256(); 8];
-            for (r, svr) in sv.iter_mut().enumerate() {
-                let p = s.at(r);
-                let sc_all = _mm256_cvtepi8_epi16(load128(p.add(q6_k::SCALES)));
-                let scz = _mm512_castsi256_si512(sc_all);
-                let mut t = _mm512_setzero_si512();
-                for h in 0..2 {
-                    let z = load512(p.add(q6_k::QL + 64 * h));
-                    let qh = _mm512_broadcast_i64x4(load256(p.add(q6_k::QH + 32 * h)));
-                    let v12 = _mm512_or_si512(
-                        _mm512_and_si512(z, m4),
-                        _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30),
-                    );
-                    let v34 = _mm512_or_si512(
-                        _mm512_and_si512(_mm512_srli_epi16::<4>(z), m4),
-                        _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30),
-                    );
-                    let p12 = _mm512_maddubs_epi16(v12, av[2 * h]);
-                    let p34 = _mm512_maddubs_epi16(v34, av[2 * h + 1]);
-                    t = dpwssd(t, p12, _mm512_permutexvar_epi16(sidx[h][0], scz));
-                    t = dpwssd(t, p34, _mm512_permutexvar_epi16(sidx[h][1], scz));
-                }
-                // sum sc_j (v - 32) a = sum sc_j v a - 32 sum sc_j bsum_j.
-                let bias = _mm256_madd_epi16(sc_all, bsums);
-                *svr = _mm256_sub_epi32(fold(t), _mm256_slli_epi32::<5>(bias));
-            }
-            (reduce8(&sv), fp16x8_rows(&s, q6_k::D))
-        };
-        acc = add_scaled(acc, sv, d, a.d);
-        s.prefetch();
-        s.advance();
-    }
-    // SAFETY: `out` is 8 f32.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+    let unpack = |z: __m512i, qh: __m512i| {
+        let v12 = _mm512_or_si512(
+            _mm512_and_si512(z, m4),
+            _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30),
+        );
+        let v34 = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi16::<4>(z), m4),
+            _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30),
+        );
+        (v12, v34)
+    };
+    q6_k_body!(s, act, out, unpack)
+}
+
+/// [`q6_k_group_gfni`]'s body over any [`Rows`]: the values by affine byte
+/// transforms. `v12 = select(0x0F: z, A(qh))` with `A` moving `qh` bits
+/// 0-1 (low half) / 2-3 (high half) to bits 4-5; `v34 = C(z) | B(qh)`
+/// with `C` moving `z` bits 4-7 to 0-3 and `B` moving `qh` bits 4-5 /
+/// 6-7 to 4-5 (the matrices are per qword: the low half's in qwords 0-3,
+/// the high half's in 4-7). Every other output bit is 0.
+///
+/// # Safety
+/// The AVX-512 VNNI tier's features and GFNI; every slot's blocks for
+/// `act.len()` steps in bounds.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni")]
+unsafe fn q6_k_rows_gfni<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    let m4 = _mm512_set1_epi8(0x0F);
+    let halves = |lo: i64, hi: i64| join(_mm256_set1_epi64x(lo), _mm256_set1_epi64x(hi));
+    let a = halves(bit_matrix(&[(4, 0), (5, 1)]), bit_matrix(&[(4, 2), (5, 3)]));
+    let b = halves(bit_matrix(&[(4, 4), (5, 5)]), bit_matrix(&[(4, 6), (5, 7)]));
+    let c = _mm512_set1_epi64(bit_matrix(&[(0, 4), (1, 5), (2, 6), (3, 7)]));
+    let unpack = |z: __m512i, qh: __m512i| {
+        // 0xCA: bitwise select, m4 ? z : A(qh).
+        let v12 =
+            _mm512_ternarylogic_epi32::<0xCA>(m4, z, _mm512_gf2p8affine_epi64_epi8::<0>(qh, a));
+        let v34 = _mm512_or_si512(
+            _mm512_gf2p8affine_epi64_epi8::<0>(z, c),
+            _mm512_gf2p8affine_epi64_epi8::<0>(qh, b),
+        );
+        (v12, v34)
+    };
+    q6_k_body!(s, act, out, unpack)
 }
 
 /// The 16 signed scales (-32..=31) of the Q3_K block at `p` as 16 i8

@@ -82,6 +82,15 @@ impl Slots {
     }
 }
 
+/// Whether this CPU has GFNI (Galois-field byte instructions; Ice Lake and
+/// later, Zen 4 and later, not Skylake-X / Cascade Lake): the `avx512`
+/// tier then runs the Q6_K kernel that uses them
+/// ([`avx512::q6_k_group_gfni`]); both give the same bits
+/// (tests/kernels.rs `x86_table_variants_equal_scalar`).
+pub fn has_gfni() -> bool {
+    std::arch::is_x86_feature_detected!("gfni")
+}
+
 /// Whether this CPU runs 256-bit vector operations as two 128-bit halves
 /// (AMD Zen 1 / Zen+ and the Hygon parts built on them: family 0x17 below
 /// model 0x30, family 0x18), probed once with `cpuid`. There the `avx2`
