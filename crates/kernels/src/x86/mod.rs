@@ -98,7 +98,7 @@ pub fn has_gfni() -> bool {
 /// (`*_group_h`: no lane extractions, and better scheduling around the one
 /// 128-bit multiplier pipe; kernel-only Q8_0 and Q4_K 6-7% faster, Q6_K 4%,
 /// on an EPYC of that family); every other AVX2 CPU keeps the 256-bit ones. Both
-/// give the same bits (tests/kernels.rs `avx2_both_widths_equal_scalar`).
+/// give the same bits (tests/kernels.rs `x86_table_variants_equal_scalar`).
 pub fn halves() -> bool {
     static HALVES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HALVES.get_or_init(|| {
