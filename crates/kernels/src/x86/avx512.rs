@@ -13,9 +13,9 @@
 use core::arch::x86_64::*;
 
 use super::{
-    add_scaled, bcast16_mask, fp16x8_rows, fp16x8x2_rows, i8x8, iq4_levels, iq4_table,
-    iq4_xs_scales_at, k4_scale_bytes, load128, load256, q4_1_contrib, q4_values, q5_0_values,
-    q5_1_values, read_u32, reduce8, with_rows, Rows,
+    add_scaled, fp16x8_rows, fp16x8x2_rows, i8x8, iq4_levels, iq4_table, iq4_xs_scales_at,
+    k4_scale_bytes, load128, load256, q4_1_contrib, q4_values, q5_0_values, q5_1_values, read_u32,
+    reduce8, with_rows, Rows,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
 use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0};
@@ -422,7 +422,36 @@ unsafe fn load512(p: *const u8) -> __m512i {
 unsafe fn k4_rows<const Q5: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
     let mut acc = _mm256_setzero_ps();
     let pairs = [(0, 2), (1, 3), (4, 6), (5, 7)];
-    let smask = pairs.map(|(a, b)| join(bcast16_mask(a), bcast16_mask(b)));
+    // i16 lane k of 128-bit lane L of the packed sums of vectors (2e, 2e + 1):
+    // sub-block 4e (L < 2) / 4e + 2 (L >= 2) for k < 4 (vector 2e), one more
+    // for k >= 4 (vector 2e + 1): the pshufb masks of those scales.
+    let smask = [0usize, 4].map(|b| {
+        let m = |j: usize| {
+            let (x, y) = ((2 * j) as i8, (2 * j + 2) as i8);
+            _mm_setr_epi8(
+                x,
+                x + 1,
+                x,
+                x + 1,
+                x,
+                x + 1,
+                x,
+                x + 1,
+                y,
+                y + 1,
+                y,
+                y + 1,
+                y,
+                y + 1,
+                y,
+                y + 1,
+            )
+        };
+        join(
+            _mm256_set_m128i(m(b), m(b)),
+            _mm256_set_m128i(m(b + 2), m(b + 2)),
+        )
+    });
     let hmask = pairs.map(|(a, b)| {
         join(
             _mm256_set1_epi8(1 << a),
@@ -474,10 +503,17 @@ unsafe fn k4_rows<const Q5: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut
                         *vi = _mm512_or_si512(*vi, _mm512_maskz_mov_epi8(k, b16));
                     }
                 }
+                // Per pair of vectors: vpdpbusd of each (4 products per i32
+                // lane, at most 4 * 31 * 128 = 15872: exact as i16), packed
+                // to i16 (per 128-bit lane the first vector's 4 sums, then
+                // the second's) and multiplied by the scales in one vpdpwssd.
+                let zero = _mm512_setzero_si512();
                 let mut t = _mm512_setzero_si512();
-                for i in 0..4 {
-                    let pi = _mm512_maddubs_epi16(v[i], av[i]);
-                    t = dpwssd(t, pi, _mm512_shuffle_epi8(sc4, smask[i]));
+                for e in 0..2 {
+                    let x = _mm512_dpbusd_epi32(zero, v[2 * e], av[2 * e]);
+                    let y = _mm512_dpbusd_epi32(zero, v[2 * e + 1], av[2 * e + 1]);
+                    let sc = _mm512_shuffle_epi8(sc4, smask[e]);
+                    t = dpwssd(t, _mm512_packs_epi32(x, y), sc);
                 }
                 sv[r] = t;
             }
