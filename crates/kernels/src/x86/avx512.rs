@@ -397,6 +397,36 @@ fn reduce8x16(t: &[__m512i; 8]) -> __m256i {
     _mm512_castsi512_si256(_mm512_shuffle_i64x2::<0b00_00_10_00>(w, w))
 }
 
+/// `t` plus two vectors of unsigned values times their activations, scaled:
+/// `vpdpbusd` of each (4 products per i32 lane; the caller's values keep
+/// every lane within i16), the two packed to i16 (`vpackssdw`: per 128-bit
+/// lane the first vector's 4 sums, then the second's, exact at that bound)
+/// and multiplied by the i16 scales `sc` in one `vpdpwssd`.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn dot_pair_scaled(t: __m512i, v: [__m512i; 2], a: [__m512i; 2], sc: __m512i) -> __m512i {
+    let zero = _mm512_setzero_si512();
+    let x = _mm512_dpbusd_epi32(zero, v[0], a[0]);
+    let y = _mm512_dpbusd_epi32(zero, v[1], a[1]);
+    dpwssd(t, _mm512_packs_epi32(x, y), sc)
+}
+
+/// The 256 activations of a Q8_K block as four 512-bit vectors, in order.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn act512(a: &BlockQ8K) -> [__m512i; 4] {
+    let q = a.qs.as_ptr().cast::<u8>();
+    // SAFETY: `a.qs` is 256 bytes: four 64-byte loads inside it.
+    unsafe {
+        [
+            load512(q),
+            load512(q.add(64)),
+            load512(q.add(128)),
+            load512(q.add(192)),
+        ]
+    }
+}
+
 /// 64 bytes at `p`.
 ///
 /// # Safety
@@ -503,17 +533,13 @@ unsafe fn k4_rows<const Q5: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut
                         *vi = _mm512_or_si512(*vi, _mm512_maskz_mov_epi8(k, b16));
                     }
                 }
-                // Per pair of vectors: vpdpbusd of each (4 products per i32
-                // lane, at most 4 * 31 * 128 = 15872: exact as i16), packed
-                // to i16 (per 128-bit lane the first vector's 4 sums, then
-                // the second's) and multiplied by the scales in one vpdpwssd.
-                let zero = _mm512_setzero_si512();
+                // Per pair of vectors (dot_pair_scaled): at most
+                // 4 * 31 * 128 = 15872 per i32 lane, exact as i16.
                 let mut t = _mm512_setzero_si512();
                 for e in 0..2 {
-                    let x = _mm512_dpbusd_epi32(zero, v[2 * e], av[2 * e]);
-                    let y = _mm512_dpbusd_epi32(zero, v[2 * e + 1], av[2 * e + 1]);
                     let sc = _mm512_shuffle_epi8(sc4, smask[e]);
-                    t = dpwssd(t, _mm512_packs_epi32(x, y), sc);
+                    let (vv, aa) = ([v[2 * e], v[2 * e + 1]], [av[2 * e], av[2 * e + 1]]);
+                    t = dot_pair_scaled(t, vv, aa, sc);
                 }
                 sv[r] = t;
             }
@@ -656,19 +682,12 @@ macro_rules! q6_k_body {
                 _mm256_set_m128i(lane(3), lane(2)),
             )
         });
-        let zero = _mm512_setzero_si512();
         for a in $act {
             // SAFETY: activation arrays are 256 / 32 bytes; the current
             // 210-byte block of every slot is in bounds (RowGroup invariant):
             // ql 128 bytes at 0, qh 64 at 128, scales 16 at 192.
             let (sv, d) = unsafe {
-                let q = a.qs.as_ptr().cast::<u8>();
-                let av = [
-                    load512(q),
-                    load512(q.add(64)),
-                    load512(q.add(128)),
-                    load512(q.add(192)),
-                ];
+                let av = act512(a);
                 let bsums = load256(a.bsums.as_ptr().cast());
                 let mut sv = [_mm256_setzero_si256(); 8];
                 for (r, svr) in sv.iter_mut().enumerate() {
@@ -680,10 +699,8 @@ macro_rules! q6_k_body {
                         let z = load512(p.add(q6_k::QL + 64 * h));
                         let qh = _mm512_broadcast_i64x4(load256(p.add(q6_k::QH + 32 * h)));
                         let (v12, v34) = $unpack(z, qh);
-                        let x = _mm512_dpbusd_epi32(zero, v12, av[2 * h]);
-                        let y = _mm512_dpbusd_epi32(zero, v34, av[2 * h + 1]);
                         let sc = _mm512_permutexvar_epi16(sidx[h], scz);
-                        t = dpwssd(t, _mm512_packs_epi32(x, y), sc);
+                        t = dot_pair_scaled(t, [v12, v34], [av[2 * h], av[2 * h + 1]], sc);
                     }
                     // sum sc_j (v - 32) a = sum sc_j v a - 32 sum sc_j bsum_j.
                     let bias = _mm256_madd_epi16(sc_all, bsums);
@@ -869,13 +886,7 @@ unsafe fn k16_rows<const Q3: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mu
         // bytes (scales 16 at 0, qs 64 at 16), Q3_K 110 bytes (hmask 32 at
         // 0, qs 64 at 32, scales 12 at 96).
         let (sv, mv, d, dmin) = unsafe {
-            let q = a.qs.as_ptr().cast::<u8>();
-            let av = [
-                load512(q),
-                load512(q.add(64)),
-                load512(q.add(128)),
-                load512(q.add(192)),
-            ];
+            let av = act512(a);
             let bsums = load256(a.bsums.as_ptr().cast());
             let mut sv = [_mm256_setzero_si256(); 8];
             let mut mv = [_mm256_setzero_si256(); 8];
@@ -899,20 +910,20 @@ unsafe fn k16_rows<const Q3: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mu
                 let mut t = _mm512_setzero_si512();
                 for h in 0..2 {
                     let z = _mm512_broadcast_i64x4(load256(p.add(qs_off + 32 * h)));
-                    let mut dot = [_mm512_setzero_si512(); 2];
-                    for (u, du) in dot.iter_mut().enumerate() {
+                    let v: [__m512i; 2] = core::array::from_fn(|u| {
                         // epi16 shifts: bits crossing a byte boundary land
                         // outside the mask.
-                        let mut v = _mm512_and_si512(_mm512_srlv_epi16(z, shr[u]), m3);
+                        let v = _mm512_and_si512(_mm512_srlv_epi16(z, shr[u]), m3);
                         if Q3 {
                             let k = _mm512_test_epi8_mask(hm, hbit[h][u]);
-                            v = _mm512_or_si512(v, _mm512_maskz_mov_epi8(k, b4));
+                            _mm512_or_si512(v, _mm512_maskz_mov_epi8(k, b4))
+                        } else {
+                            v
                         }
-                        *du = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, av[2 * h + u]);
-                    }
-                    // |dot| <= 4 * 7 * 127: the i16 pack is exact.
-                    let pk = _mm512_packs_epi32(dot[0], dot[1]);
-                    t = dpwssd(t, pk, _mm512_permutexvar_epi16(sidx[h], scz));
+                    });
+                    // |dot| <= 4 * 7 * 127 per i32 lane: the i16 pack is exact.
+                    let sc = _mm512_permutexvar_epi16(sidx[h], scz);
+                    t = dot_pair_scaled(t, v, [av[2 * h], av[2 * h + 1]], sc);
                 }
                 sv[r] = if Q3 {
                     // sum sc_j v a = sum sc_j (v + 4) a - 4 sum sc_j bsum_j.
