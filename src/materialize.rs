@@ -228,24 +228,32 @@ fn stream<W: Fn(usize) -> usize>(
 ) -> Result<()> {
     let ty = ggml_of(cat, t)?;
     let data = cat.data(t);
-    // F32 values that stay as they are (float32 dtype, source row order, no
-    // affine map) are handed out of the mapped source without a copy:
-    // decoding them is a bit-for-bit copy and the float32 policy changes
-    // nothing (no overflow to count).
+    // F32 values in source row order under the float32 policy are read
+    // straight out of the mapped source (decoding them is a bit-for-bit
+    // copy and the policy changes nothing: no overflow to count): handed
+    // out without a copy when no affine map applies, else mapped into the
+    // chunk buffer in one pass (the same f32 operations, value by value, as
+    // decoding and then applying `affine` in place).
     if ty == ggml_quants::GgmlType::F32
         && dtype == TorchDtype::Float32
         && source.is_none()
-        && affine.is_identity()
         && u.bytes == 4 * u.values
     {
         if let Some(all) = model_sources::mmap::f32_le_view(data) {
+            let mut buf = Vec::new();
             let mut i = 0;
             while i < u.count {
                 let n = u.per.min(u.count - i);
                 let vals = all.get(i * u.values..(i + n) * u.values).ok_or_else(|| {
                     bad_input(format!("{}: data shorter than its shape", at(cat, t)))
                 })?;
-                f(i, vals)?;
+                if affine.is_identity() {
+                    f(i, vals)?;
+                } else {
+                    buf.clear();
+                    buf.extend(vals.iter().map(|&v| affine.apply(v)));
+                    f(i, &buf)?;
+                }
                 // Read: the chunk's mapped pages leave the resident set.
                 cat.release(t, (i * u.bytes) as u64, ((i + n) * u.bytes) as u64);
                 i += n;

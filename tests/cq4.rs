@@ -485,7 +485,9 @@ fn unusable_hessians_are_refused() {
 /// and decoded into a copy when not: both give the same CQ4 file, byte for
 /// byte (two safetensors files whose one matrix, two 16 MiB chunks long,
 /// starts at file offsets 0 and 2 mod 4; only the manifests' source digests
-/// differ).
+/// differ). The same with the engine's Gemma 3 `x 16` on `up_proj` (an
+/// affine map: applied while reading the map when aligned, after decoding
+/// the copy when not), which must give other bytes than without it.
 #[test]
 fn f32_rows_read_in_place_and_copied_give_the_same_file() {
     let tmp = tempfile::tempdir().unwrap();
@@ -506,7 +508,12 @@ fn f32_rows_read_in_place_and_copied_give_the_same_file() {
         .collect();
     let data: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
     let mut outs = Vec::new();
-    for (name, rem) in [("aligned", 0usize), ("unaligned", 2)] {
+    for (name, rem, gemma) in [
+        ("aligned", 0usize, false),
+        ("unaligned", 2, false),
+        ("gemma-aligned", 0, true),
+        ("gemma-unaligned", 2, true),
+    ] {
         let mut h = format!(
             r#"{{"model.layers.0.mlp.up_proj.weight":{{"dtype":"F32","shape":[{rows},{cols}],"data_offsets":[0,{}]}}}}"#,
             data.len()
@@ -521,7 +528,11 @@ fn f32_rows_read_in_place_and_copied_give_the_same_file() {
         file.extend_from_slice(&data);
         let src = dir.join("model.safetensors");
         std::fs::write(&src, file).unwrap();
-        let view = model_sources::mmap::MappedFile::open(&src).unwrap();
+        if gemma {
+            std::fs::write(dir.join("config.json"), r#"{"model_type":"gemma3_text"}"#).unwrap();
+        }
+        let src = if gemma { dir.clone() } else { src };
+        let view = model_sources::mmap::MappedFile::open(&dir.join("model.safetensors")).unwrap();
         let at = 8 + h.len();
         assert_eq!(
             model_sources::mmap::f32_le_view(&view.bytes()[at..at + data.len()]).is_some(),
@@ -547,6 +558,8 @@ fn f32_rows_read_in_place_and_copied_give_the_same_file() {
     assert!(data.len() as u64 > convert_chunk_bytes());
     assert!(outs[0].iter().any(|(f, _)| f.ends_with(".cq4p.weights")));
     assert!(outs[0] == outs[1], "the two conversions differ");
+    assert!(outs[2] == outs[3], "the two Gemma 3 conversions differ");
+    assert!(outs[0] != outs[2], "the Gemma 3 x 16 changed nothing");
 }
 
 /// The converter's materialization chunk (src/materialize.rs `CHUNK_BYTES`).
