@@ -753,14 +753,7 @@ impl PanelEncoder {
             // overlap (a missing last row repeats the first, then is dropped).
             let rr: [&[f32]; MR] =
                 std::array::from_fn(|r| &rows[(c0 + r % m) * k..(c0 + r % m + 1) * k]);
-            let mut ss = [0.0f64; MR];
-            #[allow(clippy::needless_range_loop)] // MR interleaved chains
-            for kk in 0..k {
-                for r in 0..MR {
-                    let x = rr[r][kk] as f64;
-                    ss[r] += x * x;
-                }
-            }
+            let ss = simd::sum_squares(self.isa, &rr);
             let mut nr = [1.0f64; MR];
             for r in 0..m {
                 let c = c0 + r;
@@ -773,10 +766,7 @@ impl PanelEncoder {
             }
             let ap = &mut apack[rb * kp..(rb + 1) * kp];
             let (head, pad) = ap.split_at_mut(k);
-            for (kk, a) in head.iter_mut().enumerate() {
-                let x: [f64; MR] = std::array::from_fn(|r| rr[r][kk] as f64);
-                *a = std::array::from_fn(|r| fixed(x[r], nr[r]) as f32);
-            }
+            simd::pack_fixed(self.isa, &rr, &nr, head);
             if m < MR {
                 // Missing rows (they repeat a row above): 0.
                 head.iter_mut().for_each(|a| a[m..].fill(0.0));

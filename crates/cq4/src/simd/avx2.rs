@@ -7,6 +7,7 @@
 use std::arch::x86_64::*;
 
 use super::{APack, BRow, Buckets, Tile, KB, MR, NR, TABLE_BUCKETS, UNCERTAIN};
+use crate::hadamard::FIXED_MAGIC;
 use crate::hadamard_quant::{
     Batch, BatchIdx, HadamardQuant, Positions, Rotated, Row, SearchTable, LANES,
 };
@@ -168,4 +169,117 @@ unsafe fn lookup_row_avx2(t: Buckets<'_>, est: &[f64; NR]) -> ([u8; NR], u32) {
     // SAFETY: 16 bytes into the 16-byte array; unaligned store.
     unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), bytes) };
     (out, unsure as u32)
+}
+
+/// Four consecutive values of each of the `MR` = 4 rows at `kk`, as the
+/// four columns `[x_0[kk + c], .., x_3[kk + c]]`, `c = 0..4`.
+///
+/// # Safety
+/// Every row has at least `kk + 4` values.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn columns4(rr: &[&[f32]; MR], kk: usize) -> [__m128; 4] {
+    // SAFETY: the caller guarantees 4 values from `kk` in every row.
+    let v: [__m128; 4] = std::array::from_fn(|r| unsafe { _mm_loadu_ps(rr[r].as_ptr().add(kk)) });
+    let t0 = _mm_unpacklo_ps(v[0], v[1]);
+    let t1 = _mm_unpacklo_ps(v[2], v[3]);
+    let t2 = _mm_unpackhi_ps(v[0], v[1]);
+    let t3 = _mm_unpackhi_ps(v[2], v[3]);
+    [
+        _mm_movelh_ps(t0, t1),
+        _mm_movehl_ps(t1, t0),
+        _mm_movelh_ps(t2, t3),
+        _mm_movehl_ps(t3, t2),
+    ]
+}
+
+/// [`super::sum_squares`]: lane `r` of one f64 vector is row `r`'s chain,
+/// fed its values in order (four at a time, transposed from four row
+/// loads); the product is rounded, then added (no FMA). Safe entry:
+/// checks the CPU, then runs the kernel.
+pub(super) fn sum_squares(rr: &[&[f32]; MR]) -> [f64; MR] {
+    assert!(std::arch::is_x86_feature_detected!("avx2"));
+    assert!(rr.iter().all(|r| r.len() == rr[0].len()));
+    // SAFETY: AVX2 was detected just above; the rows have one length.
+    unsafe { sum_squares_avx2(rr) }
+}
+
+#[target_feature(enable = "avx2")]
+fn sum_squares_avx2(rr: &[&[f32]; MR]) -> [f64; MR] {
+    const _: () = assert!(MR == 4);
+    let k = rr[0].len();
+    let mut acc = _mm256_setzero_pd();
+    let mut kk = 0;
+    while kk + 4 <= k {
+        // SAFETY: every row has `k >= kk + 4` values.
+        for c in unsafe { columns4(rr, kk) } {
+            let x = _mm256_cvtps_pd(c);
+            acc = _mm256_add_pd(acc, _mm256_mul_pd(x, x));
+        }
+        kk += 4;
+    }
+    let mut ss = [0.0f64; MR];
+    // SAFETY: 4 f64 into the 4-element array; unaligned store.
+    unsafe { _mm256_storeu_pd(ss.as_mut_ptr(), acc) };
+    #[allow(clippy::needless_range_loop)] // MR interleaved chains
+    for kk in kk..k {
+        for r in 0..MR {
+            let x = rr[r][kk] as f64;
+            ss[r] += x * x;
+        }
+    }
+    ss
+}
+
+/// [`super::pack_fixed`]. Per value the quotient `q = x / n` is estimated
+/// as `p = x * y` with `y = 1 / n` (one division per row): `y = (1/n)(1 + e1)`
+/// and `p = (x/n)(1 + e1)(1 + e2)`, `|e1|, |e2| <= 2^-53`, so `p` and the
+/// rounded quotient `RN(x/n)` differ by at most `3.01 * 2^-53 |p|` (no
+/// underflow: `|x| >= 2^-149` as f32, `n` is at least `NORM_FLOOR` and at
+/// most `sqrt(k) * 2^128`). `g(v) = (v + MAGIC) - MAGIC` is monotone (a
+/// rounding, then an exact subtraction), and `lo = p - |p| 2^-48`,
+/// `hi = p + |p| 2^-48` as computed (the product by 2^-48 is exact and each
+/// sum rounds by at most `2^-53 |p| (1 + 2^-48)`) bracket `RN(x/n)`. So when
+/// `g(lo) == g(hi)`, that is `g(RN(x/n)) = fixed(x, n)`; when not (a
+/// quotient within ~2^-48 relative of a rounding boundary of the 2^-28 grid),
+/// the four values are divided as the contract says. Safe entry: checks the
+/// CPU, then runs the kernel.
+pub(super) fn pack_fixed(rr: &[&[f32]; MR], nr: &[f64; MR], out: &mut [APack]) {
+    assert!(std::arch::is_x86_feature_detected!("avx2"));
+    assert!(rr.iter().all(|r| r.len() == out.len()));
+    // SAFETY: AVX2 was detected just above; the rows and `out` have one length.
+    unsafe { pack_fixed_avx2(rr, nr, out) }
+}
+
+#[target_feature(enable = "avx2")]
+fn pack_fixed_avx2(rr: &[&[f32]; MR], nr: &[f64; MR], out: &mut [APack]) {
+    let k = out.len();
+    // SAFETY: 4 f64 from the 4-element array; unaligned load.
+    let n = unsafe { _mm256_loadu_pd(nr.as_ptr()) };
+    let y = _mm256_div_pd(_mm256_set1_pd(1.0), n);
+    let magic = _mm256_set1_pd(FIXED_MAGIC);
+    let slack = _mm256_set1_pd(2f64.powi(-48));
+    let abs = _mm256_castsi256_pd(_mm256_set1_epi64x(i64::MAX));
+    let g = |v: __m256d| _mm256_sub_pd(_mm256_add_pd(v, magic), magic);
+    let mut kk = 0;
+    while kk + 4 <= k {
+        // SAFETY: every row has `k >= kk + 4` values.
+        let cols = unsafe { columns4(rr, kk) };
+        for (c, col) in cols.into_iter().enumerate() {
+            let x = _mm256_cvtps_pd(col);
+            let p = _mm256_mul_pd(x, y);
+            let d = _mm256_mul_pd(_mm256_and_pd(p, abs), slack);
+            let lo = g(_mm256_sub_pd(p, d));
+            let hi = g(_mm256_add_pd(p, d));
+            let same = _mm256_movemask_pd(_mm256_cmp_pd::<_CMP_EQ_OQ>(lo, hi)) == 0xF;
+            let u = if same { lo } else { g(_mm256_div_pd(x, n)) };
+            // SAFETY: `out[kk + c]` is a `[f32; 4]` (kk + c < k = out.len());
+            // unaligned 16-byte store.
+            unsafe { _mm_storeu_ps(out[kk + c].as_mut_ptr(), _mm256_cvtpd_ps(u)) };
+        }
+        kk += 4;
+    }
+    for (kk, a) in out.iter_mut().enumerate().skip(kk) {
+        *a = std::array::from_fn(|r| super::fixed_f32(rr[r][kk], nr[r]));
+    }
 }

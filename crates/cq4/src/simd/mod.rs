@@ -24,6 +24,7 @@
 
 use std::sync::OnceLock;
 
+use crate::hadamard::FIXED_MAGIC;
 use crate::hadamard_quant::{Batch, BatchIdx, HadamardQuant, LANES};
 
 #[cfg(target_arch = "x86_64")]
@@ -252,6 +253,63 @@ pub(crate) fn hadamard_batch(
     }
 }
 
+/// Sums of squares of the `MR` rows `rr` (of one length): for each row,
+/// `ss = (..((0 + x_0 * x_0) + x_1 * x_1) ..)` over its values widened to
+/// f64, each product rounded, then added, in order (the contract's norm,
+/// docs/FORMAT.md §CQ4.7.2). The same on every tier (the x86 tiers run the
+/// rows' four chains in the lanes of one vector, each in its order).
+#[inline]
+pub(crate) fn sum_squares(isa: EncodeIsa, rr: &[&[f32]; MR]) -> [f64; MR] {
+    assert!(rr.iter().all(|r| r.len() == rr[0].len()));
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx2 | EncodeIsa::Avx512 if isa.supported() => avx2::sum_squares(rr),
+        _ => scalar_sum_squares(rr),
+    }
+}
+
+/// The portable [`sum_squares`] (the reference of the tiers).
+pub(crate) fn scalar_sum_squares(rr: &[&[f32]; MR]) -> [f64; MR] {
+    let mut ss = [0.0f64; MR];
+    #[allow(clippy::needless_range_loop)] // MR interleaved chains
+    for kk in 0..rr[0].len() {
+        for r in 0..MR {
+            let x = rr[r][kk] as f64;
+            ss[r] += x * x;
+        }
+    }
+    ss
+}
+
+/// The filter's input of `MR` rows: `out[kk][r] = fixed(rr[r][kk], nr[r])`
+/// rounded to f32 for every `kk < out.len()` (the rows' length), where
+/// `fixed(x, n) = (x / n + FIXED_MAGIC) - FIXED_MAGIC` in f64 (§CQ4.7.2).
+/// The same on every tier: the x86 tiers replace the division by a product
+/// with the reciprocal where that provably rounds to the same multiple of
+/// 2^-28, and divide where it might not (see `avx2::pack_fixed`).
+#[inline]
+pub(crate) fn pack_fixed(isa: EncodeIsa, rr: &[&[f32]; MR], nr: &[f64; MR], out: &mut [APack]) {
+    assert!(rr.iter().all(|r| r.len() == out.len()));
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx2 | EncodeIsa::Avx512 if isa.supported() => avx2::pack_fixed(rr, nr, out),
+        _ => scalar_pack_fixed(rr, nr, out),
+    }
+}
+
+/// `fixed(x, n)` of [`pack_fixed`], rounded to f32.
+#[inline(always)]
+pub(crate) fn fixed_f32(x: f32, n: f64) -> f32 {
+    ((x as f64 / n + FIXED_MAGIC) - FIXED_MAGIC) as f32
+}
+
+/// The portable [`pack_fixed`] (the reference of the tiers).
+pub(crate) fn scalar_pack_fixed(rr: &[&[f32]; MR], nr: &[f64; MR], out: &mut [APack]) {
+    for (kk, a) in out.iter_mut().enumerate() {
+        *a = std::array::from_fn(|r| fixed_f32(rr[r][kk], nr[r]));
+    }
+}
+
 /// Half a tile's columns: the scalar tier works on `NR / 2` columns at a
 /// time so its accumulators fit the baseline's 16 vector registers.
 const HALF: usize = NR / 2;
@@ -286,4 +344,94 @@ pub(crate) fn scalar_tile(a: &[APack], b: &[BRow]) -> Tile {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::{fill_gaussian, SplitMix64};
+
+    /// Every tier's row norms and packed filter input equal the scalar
+    /// ones bit for bit: Gaussian rows of several scales and lengths (tails
+    /// of 1-3 values), rows with zeros, -0.0, f32 subnormals and values at
+    /// the f32 extremes, and rows whose quotients are exactly on or one ulp
+    /// beside the 2^-28 grid's rounding boundaries (where the reciprocal's
+    /// product alone would round the other way: the division must decide).
+    #[test]
+    fn every_tier_packs_the_scalar_filter_input() {
+        let mut rows: Vec<Vec<f32>> = vec![];
+        let mut g = vec![0.0f64; 643];
+        for (s, scale) in [(1u64, 0.02), (2, 1.0), (3, 1e-30), (4, 3e30)] {
+            fill_gaussian(&mut SplitMix64::new(s), &mut g);
+            rows.push(g.iter().map(|&x| (x * scale) as f32).collect());
+        }
+        let mut odd = vec![0.0f32; 643];
+        for (i, x) in odd.iter_mut().enumerate() {
+            *x = match i % 7 {
+                0 => -0.0,
+                1 => f32::from_bits(1 + i as u32),
+                2 => f32::MIN_POSITIVE,
+                3 => f32::MAX / 64.0,
+                4 => -(i as f32),
+                _ => 0.0,
+            };
+        }
+        rows.push(odd);
+        // Norm 1 (the tiny values vanish in the f64 sum of squares), and
+        // quotients m * 2^-29 for odd m (ties of the grid, half to even) and
+        // one f32 ulp either side of them.
+        let mut ties = vec![0.0f32; 643];
+        ties[0] = 1.0;
+        for (i, x) in ties.iter_mut().enumerate().skip(1) {
+            let m = [1.0f32, 3.0, -1.0, -3.0, 5.0][i % 5];
+            let t = m * 2f32.powi(-29);
+            *x = match i % 3 {
+                0 => t,
+                1 => t.next_up(),
+                _ => t.next_down(),
+            };
+        }
+        rows.push(ties.clone());
+        let nr_one = [1.0f64; MR];
+        let rr: [&[f32]; MR] = [&ties[..], &ties[..], &ties[..], &ties[..]];
+        let mut want = vec![[0.0f32; MR]; ties.len()];
+        scalar_pack_fixed(&rr, &nr_one, &mut want);
+        // Ties do round to even (1.5 * 2^-28 -> 2 * 2^-28), so a product
+        // that misses the tie by an ulp would be caught.
+        assert_eq!(want[15][0], 0.0, "2^-29 rounds to 0");
+        assert_eq!(want[6][0], 2f32.powi(-27), "3 * 2^-29 rounds to 4 * 2^-29");
+        assert_eq!(
+            want[3][0],
+            -(2f32.powi(-27)),
+            "-3 * 2^-29 rounds to -4 * 2^-29"
+        );
+
+        for isa in EncodeIsa::available() {
+            for len in [643usize, 640, 5, 3, 0] {
+                for quad in rows.chunks(MR).chain(rows.windows(MR)) {
+                    let rr: [&[f32]; MR] = std::array::from_fn(|r| &quad[r % quad.len()][..len]);
+                    let ss = sum_squares(isa, &rr);
+                    let want_ss = scalar_sum_squares(&rr);
+                    assert_eq!(
+                        ss.map(f64::to_bits),
+                        want_ss.map(f64::to_bits),
+                        "{isa:?} {len}"
+                    );
+                    for nr in [want_ss.map(|s| s.sqrt().max(1e-8)), nr_one] {
+                        let mut got = vec![[0.0f32; MR]; len];
+                        let mut want = vec![[0.0f32; MR]; len];
+                        pack_fixed(isa, &rr, &nr, &mut got);
+                        scalar_pack_fixed(&rr, &nr, &mut want);
+                        for kk in 0..len {
+                            assert_eq!(
+                                got[kk].map(f32::to_bits),
+                                want[kk].map(f32::to_bits),
+                                "{isa:?} len {len} value {kk}: norms {nr:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
