@@ -62,7 +62,11 @@ const ALL_THRESHOLDS: usize = SCALE_CANDIDATES * (LEVELS - 1);
 const _: () = assert!(ALL_THRESHOLDS < 256);
 
 /// Buckets of [`SearchTable::position`]'s starting points.
-const BUCKETS: usize = 4096;
+pub(crate) const BUCKETS: usize = 4096;
+
+/// Thresholds the vector tiers compare from a bucket's start (at least
+/// [`SearchTable::steps`]: checked when a table is made).
+pub(crate) const SCAN: usize = 4;
 
 /// The norm search's lookup structure. `thr` holds the distinct values of
 /// the thresholds `m_i * g_t` of every candidate (the same f64 products the
@@ -74,24 +78,24 @@ const BUCKETS: usize = 4096;
 /// the contract rounds).
 #[derive(Debug, Clone)]
 pub(crate) struct SearchTable {
-    thr: Vec<f64>,
+    pub(crate) thr: Vec<f64>,
     idx: Vec<[u8; SCALE_CANDIDATES]>,
     pub(crate) cb: Vec<Row>,
     pub(crate) cb2: Vec<Row>,
     /// `start[b] = #{k : thr[k] < lo_b - w}` for bucket `b = [lo_b, lo_b + w)`,
     /// `lo_b = -range + b * w`: a lower bound of the position of every value
     /// the bucket computation sends to `b` (it errs by far less than `w`).
-    start: Vec<u8>,
+    pub(crate) start: Vec<u8>,
     /// Scan steps from `start[b]` that reach the position of every value
     /// sent to any bucket `b` (the most distinct thresholds in
     /// `[lo_b - w, lo_b + 2 w)`; in the last bucket, up to `+inf`).
-    steps: usize,
-    range: f64,
-    inv_w: f64,
+    pub(crate) steps: usize,
+    pub(crate) range: f64,
+    pub(crate) inv_w: f64,
 }
 
 impl SearchTable {
-    fn new(cb: &[f64; LEVELS], mid: &[f64; LEVELS - 1]) -> Self {
+    pub(crate) fn new(cb: &[f64; LEVELS], mid: &[f64; LEVELS - 1]) -> Self {
         let per: Vec<[f64; LEVELS - 1]> = (0..SCALE_CANDIDATES)
             .map(|t| {
                 let g = scale_candidate(t);
@@ -141,8 +145,10 @@ impl SearchTable {
             })
             .max()
             .unwrap_or(0);
-        // `+inf` past the end: `position` reads `steps` values from any start.
-        thr.resize(distinct + steps.max(1), f64::INFINITY);
+        // `+inf` past the end: `position` reads `steps` values from any
+        // start, the vector tiers [`SCAN`] (counting more than `steps` adds
+        // nothing: every threshold past them is above the bucket's values).
+        thr.resize(distinct + steps.max(SCAN), f64::INFINITY);
         SearchTable {
             thr,
             idx,
@@ -211,6 +217,17 @@ pub(crate) fn sums(st: &SearchTable, rot: &Rotated, pos: &Positions, l: usize) -
     (num, den)
 }
 
+/// Every value's [`SearchTable::position`] (portable; the reference of
+/// the tiers).
+#[inline(always)]
+pub(crate) fn positions(st: &SearchTable, rot: &Rotated, pos: &mut Positions) {
+    for (d, r) in pos.iter_mut().zip(rot) {
+        for l in 0..LANES {
+            d[l] = st.position(r[l]) as u8;
+        }
+    }
+}
+
 impl HadamardQuant {
     pub(crate) fn new(
         h: &HadamardRotation,
@@ -239,7 +256,7 @@ impl HadamardQuant {
     #[inline(always)]
     pub(crate) fn batch(&self, x: &mut Batch, idx: &mut BatchIdx) -> [f64; LANES] {
         let norm = self.transform(x);
-        let s = self.refine(x, idx, sums);
+        let s = self.refine(x, idx, positions, sums);
         std::array::from_fn(|l| norm[l] * s[l])
     }
 
@@ -261,6 +278,7 @@ impl HadamardQuant {
         &self,
         x: &Batch,
         idx: &mut BatchIdx,
+        positions: impl Fn(&SearchTable, &Rotated, &mut Positions),
         sums: impl Fn(&SearchTable, &Rotated, &Positions, usize) -> (Row, Row),
     ) -> [f64; LANES] {
         let s128 = sqrt128();
@@ -274,11 +292,7 @@ impl HadamardQuant {
             }
         }
         let mut pos: Positions = [[0; LANES]; HADAMARD_N];
-        for (d, r) in pos.iter_mut().zip(&rot) {
-            for l in 0..LANES {
-                d[l] = st.position(r[l]) as u8;
-            }
-        }
+        positions(st, &rot, &mut pos);
         let mut scale = [1.0f64; LANES];
         for l in 0..LANES {
             let (num, den) = sums(st, &rot, &pos, l);
@@ -355,7 +369,8 @@ mod tests {
             assert!(st.thr[distinct..].iter().all(|&x| x == f64::INFINITY));
             assert!(st.thr.len() >= distinct + st.steps.max(1));
             assert!(st.thr[..distinct].windows(2).all(|w| w[0] < w[1]));
-            assert!(st.steps >= 1 && st.steps <= 8, "steps {}", st.steps);
+            // The vector tiers scan SCAN thresholds (more steps: the portable scan).
+            assert!(st.steps >= 1 && st.steps <= SCAN, "steps {}", st.steps);
             let mut probes: Vec<f64> = vec![
                 0.0,
                 -0.0,

@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 use super::{APack, BRow, Buckets, Tile, KB, MR, NR, TABLE_BUCKETS, UNCERTAIN};
 use crate::hadamard::FIXED_MAGIC;
 use crate::hadamard_quant::{
-    Batch, BatchIdx, HadamardQuant, Positions, Rotated, Row, SearchTable, LANES,
+    Batch, BatchIdx, HadamardQuant, Positions, Rotated, Row, SearchTable, BUCKETS, LANES, SCAN,
 };
 
 /// Safe entry: checks the CPU, then runs the kernel.
@@ -65,17 +65,92 @@ fn tile_avx2(a: &[APack], b: &[BRow]) -> Tile {
 /// The Hadamard batch quantizer compiled with AVX2 (the portable body,
 /// 4 f64 lanes per register; no FMA, no reassociation: the same values).
 pub(super) fn hadamard_batch(q: &HadamardQuant, x: &mut Batch, idx: &mut BatchIdx) -> [f64; LANES] {
-    assert!(std::arch::is_x86_feature_detected!("avx2"));
-    // SAFETY: AVX2 was detected on this CPU just above.
+    assert!(
+        std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("popcnt")
+    );
+    // SAFETY: AVX2 and POPCNT were detected on this CPU just above.
     unsafe { hadamard_batch_avx2(q, x, idx) }
 }
 
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,popcnt")]
 fn hadamard_batch_avx2(q: &HadamardQuant, x: &mut Batch, idx: &mut BatchIdx) -> [f64; LANES] {
     let norm = q.transform(x);
-    // The closure inherits this function's target features.
-    let s = q.refine(x, idx, |st, rot, pos, l| sums_avx2(st, rot, pos, l));
+    // The closures inherit this function's target features.
+    let s = q.refine(
+        x,
+        idx,
+        |st, rot, pos| positions_avx2(st, rot, pos),
+        |st, rot, pos, l| sums_avx2(st, rot, pos, l),
+    );
     std::array::from_fn(|l| norm[l] * s[l])
+}
+
+/// [`crate::hadamard_quant::positions`]: each lane's bucket from the same
+/// f64 add, multiply, range tests and truncation as
+/// [`SearchTable::position`], then the count of the [`SCAN`] thresholds
+/// from the bucket's start below the value as one 4-lane compare (the
+/// table holds `+inf` past its end, and counting past `steps` adds nothing).
+/// A table with more than [`SCAN`] steps takes the portable scan.
+#[cfg(test)]
+pub(super) fn positions(st: &SearchTable, rot: &Rotated, pos: &mut Positions) {
+    assert!(
+        std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("popcnt")
+    );
+    // SAFETY: AVX2 and POPCNT were detected on this CPU just above.
+    unsafe { positions_avx2(st, rot, pos) }
+}
+
+#[target_feature(enable = "avx2,popcnt")]
+fn positions_avx2(st: &SearchTable, rot: &Rotated, pos: &mut Positions) {
+    const _: () = assert!(SCAN == 4 && LANES == 4);
+    // The starts ascend with the bucket: the last is the largest.
+    let fits = |last: &u8| *last as usize + SCAN <= st.thr.len();
+    if st.steps > SCAN || st.start.len() != BUCKETS || !st.start.last().is_some_and(fits) {
+        return crate::hadamard_quant::positions(st, rot, pos);
+    }
+    let range = _mm256_set1_pd(st.range);
+    let inv_w = _mm256_set1_pd(st.inv_w);
+    let nb = _mm256_set1_pd(BUCKETS as f64);
+    let last = _mm_set1_epi32(BUCKETS as i32 - 1);
+    let zero = _mm256_setzero_pd();
+    // The low 32 bits of each 64-bit mask lane.
+    let low_halves = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    let half = |m: __m256d| {
+        _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(
+            _mm256_castpd_si256(m),
+            low_halves,
+        ))
+    };
+    for (d, r) in pos.iter_mut().zip(rot) {
+        // SAFETY: `r` is `[f64; 4]`; unaligned load.
+        let v = unsafe { _mm256_loadu_pd(r.as_ptr()) };
+        let t = _mm256_mul_pd(_mm256_add_pd(v, range), inv_w);
+        let inside = _mm256_and_pd(
+            _mm256_cmp_pd::<_CMP_GE_OQ>(t, zero),
+            _mm256_cmp_pd::<_CMP_LT_OQ>(t, nb),
+        );
+        let below = _mm256_cmp_pd::<_CMP_LT_OQ>(t, zero);
+        // Outside: 0 below the buckets, the last one above and for NaN.
+        let outside = _mm_andnot_si128(half(below), last);
+        let b = _mm_blendv_epi8(outside, _mm256_cvttpd_epi32(t), half(inside));
+        let mut bs = [0i32; 4];
+        // SAFETY: 4 i32 into the 4-element array; unaligned store.
+        unsafe { _mm_storeu_si128(bs.as_mut_ptr().cast(), b) };
+        for l in 0..LANES {
+            // Every lane of `b` is in 0..BUCKETS (a truncation inside the
+            // range or one of its ends), so the index is in bounds.
+            let s = st.start[bs[l] as usize] as usize;
+            // `s` is at most the last start, which leaves `SCAN` entries
+            // (checked above).
+            let th = &st.thr[s..s + SCAN];
+            // SAFETY: `th` has SCAN = 4 values: one 4-lane unaligned load.
+            let v = unsafe { _mm256_loadu_pd(th.as_ptr()) };
+            let m = _mm256_movemask_pd(_mm256_cmp_pd::<_CMP_LT_OQ>(v, _mm256_set1_pd(r[l])));
+            d[l] = (s + (m as u32).count_ones() as usize) as u8;
+        }
+    }
 }
 
 /// [`crate::hadamard_quant::sums`] with the candidate slots in vectors:

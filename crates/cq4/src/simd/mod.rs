@@ -434,4 +434,50 @@ mod tests {
             }
         }
     }
+
+    /// The x86 tiers' Hadamard positions (bucket by vector, then eight
+    /// thresholds compared at once) equal the portable scan's for values
+    /// on, beside and between every threshold, far outside the buckets,
+    /// infinite and NaN, in every lane.
+    #[test]
+    fn x86_hadamard_positions_equal_the_portable_scan() {
+        use crate::hadamard::HADAMARD_N;
+        use crate::hadamard_quant::{positions, Positions, Rotated, SearchTable};
+        if !EncodeIsa::Avx2.supported() {
+            eprintln!("skipping: no AVX2");
+            return;
+        }
+        let cb = crate::codebook::lloyd_max(128).unwrap();
+        let st = SearchTable::new(&cb.values, &cb.midpoints);
+        let mut probes: Vec<f64> = vec![
+            0.0,
+            -0.0,
+            1e300,
+            -1e300,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            f64::MIN_POSITIVE,
+        ];
+        for &x in st.thr.iter().filter(|x| x.is_finite()) {
+            probes.extend([x, x.next_up(), x.next_down(), 2.0 * x, x / 2.0, -x]);
+        }
+        probes.extend((-40000..=40000).map(|i| i as f64 * 1e-4));
+        // Each probe in every lane, shifted so the lanes differ.
+        let n = probes.len();
+        let mut checked = 0;
+        for chunk in (0..n + 3).collect::<Vec<_>>().chunks(HADAMARD_N) {
+            let mut rot: Rotated = [[0.0; LANES]; HADAMARD_N];
+            for (j, &i) in chunk.iter().enumerate() {
+                rot[j] = std::array::from_fn(|l| probes[(i + l) % n]);
+            }
+            let mut want: Positions = [[0; LANES]; HADAMARD_N];
+            let mut got = want;
+            positions(&st, &rot, &mut want);
+            avx2::positions(&st, &rot, &mut got);
+            assert_eq!(got, want, "probes from {}", chunk[0]);
+            checked += chunk.len();
+        }
+        assert!(checked > n);
+    }
 }
