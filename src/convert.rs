@@ -1,6 +1,7 @@
 //! The conversion pipeline: catalogue -> plan -> jobs (into a staging
 //! folder) -> manifest -> verify -> swap into the output folder.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -370,39 +371,49 @@ fn write_portion(
         .iter()
         .map(|&i| plan.jobs[i].tensor.n_bytes)
         .sum();
-    // The estimate is one sequential pass over the model: the other
-    // threads hash the jobs' source tensors meanwhile (each job needs its
-    // tensor's sha256 anyway, and would otherwise compute it first).
-    let (estimate, hashed) = rayon::join(
-        || importance_estimate(cat, plan, portion, opts, quiet),
-        || -> std::collections::HashMap<usize, String> {
-            if !estimate_wanted(plan, portion, opts) {
-                return Default::default();
-            }
-            portion
-                .jobs
-                .par_iter()
-                .with_max_len(1)
-                .map(|&i| (i, digest::tensor_sha256(cat, plan.jobs[i].tensor)))
-                .collect()
-        },
-    );
-    let estimate = estimate?;
-    let pb = progress(total, quiet);
-    let ctx = writers::Ctx {
-        cat,
-        opts,
-        out: dir,
-        estimate: estimate.as_ref(),
-    };
-    // Every source byte is hashed once: the jobs hash their tensors' bytes,
-    // this the rest of each source file (headers, metadata, padding).
-    let hash_sources = || -> Vec<(usize, String)> {
-        portion
-            .sources
+    // Every source byte is hashed once: the jobs' tensors two at a time in
+    // groups (`hash_tensors`), the rest of each file (headers, metadata,
+    // padding) by `digest::rest_sha256`. A job needs its tensor's hash only
+    // for its manifest entry, so the hashing runs beside the estimate and
+    // the jobs; with --resume a job first compares its tensor's hash with
+    // the old manifest's, so the hashes come first (beside the estimate).
+    let threads = rayon::current_num_threads();
+    let hash_tensors = |groups: usize| -> HashMap<usize, String> {
+        // Groups of about equal bytes (longest first, each to the lightest
+        // group), each hashed on one thread two tensors at a time.
+        let mut by_size = portion.jobs.clone();
+        by_size.sort_by_key(|&i| std::cmp::Reverse(plan.jobs[i].tensor.n_bytes));
+        let mut parts: Vec<(u64, Vec<usize>)> = vec![(0, Vec::new()); groups.max(1)];
+        for i in by_size {
+            let lightest = parts
+                .iter_mut()
+                .min_by_key(|p| p.0)
+                .expect("at least one group");
+            lightest.0 += plan.jobs[i].tensor.n_bytes;
+            lightest.1.push(i);
+        }
+        parts
             .par_iter()
-            .map(|&i| (i, digest::rest_sha256(cat, i)))
+            .with_max_len(1)
+            .flat_map_iter(|(_, jobs)| {
+                let tensors: Vec<_> = jobs.iter().map(|&i| plan.jobs[i].tensor).collect();
+                jobs.iter()
+                    .copied()
+                    .zip(digest::tensors_sha256(cat, &tensors))
+            })
             .collect()
+    };
+    let hash_all = |groups: usize| {
+        rayon::join(
+            || hash_tensors(groups),
+            || -> Vec<(usize, String)> {
+                portion
+                    .sources
+                    .par_iter()
+                    .map(|&i| (i, digest::rest_sha256(cat, i)))
+                    .collect()
+            },
+        )
     };
     type Job = (usize, Entry, bool, Option<(String, String)>);
     // The jobs by decreasing estimated cost (ties in plan order): the
@@ -410,29 +421,39 @@ fn write_portion(
     // finishes a long job alone (results are put back in plan order).
     let mut order = portion.jobs.clone();
     order.sort_by_key(|&i| std::cmp::Reverse(shard::job_cost(&plan.jobs[i])));
-    let run_jobs = || -> Result<Vec<Job>> {
+    let pb = progress(total, quiet);
+    // The jobs, after the estimate; `hashed` (the tensors' hashes) is given
+    // with --resume.
+    let run_jobs = |hashed: Option<&HashMap<usize, String>>| -> Result<Vec<Job>> {
+        let estimate = importance_estimate(cat, plan, portion, opts, quiet)?;
+        let ctx = writers::Ctx {
+            cat,
+            opts,
+            out: dir,
+            estimate: estimate.as_ref(),
+        };
         let mut done: Vec<Job> = order
             .par_iter()
             .with_max_len(1)
             .map(|&i| {
                 let job = &plan.jobs[i];
                 let t = job.tensor;
-                let src = match hashed.get(&i) {
+                let src = hashed.map(|h| match h.get(&i) {
                     Some(h) => h.clone(),
                     None => digest::tensor_sha256(cat, t),
-                };
+                });
                 let imp =
                     writers::importance(&ctx, job).map(|(a, _)| writers::importance_sha256(a));
-                let kept = match resume {
-                    Some(r) => r.keep(i, job, &src, imp.as_deref(), dir)?,
-                    None => None,
+                let kept = match (resume, &src) {
+                    (Some(r), Some(src)) => r.keep(i, job, src, imp.as_deref(), dir)?,
+                    _ => None,
                 };
                 let reused = kept.is_some();
                 let mut entry = match kept {
                     Some(e) => e,
                     None => {
                         let mut e = writers::run(&ctx, job)?;
-                        e.source_sha256 = Some(src);
+                        e.source_sha256 = src;
                         if matches!(job.action, Action::Source(_)) {
                             e.source_file = Some(source_name(cat, cat.file_of(t)));
                         }
@@ -473,8 +494,21 @@ fn write_portion(
         done.sort_by_key(|j| j.0);
         Ok(done)
     };
-    let (sources, entries) = rayon::join(hash_sources, run_jobs);
-    let entries = entries?;
+    let (hashed, sources, mut entries) = if resume.is_some() {
+        let (hashed, sources) = hash_all(threads);
+        let entries = run_jobs(Some(&hashed))?;
+        (hashed, sources, entries)
+    } else {
+        // About one group per four threads: a group hashes several times
+        // faster than a thread converts, and it runs beside the jobs.
+        let ((hashed, sources), entries) = rayon::join(|| hash_all(threads / 4), || run_jobs(None));
+        (hashed, sources, entries?)
+    };
+    for (i, e, _, _) in entries.iter_mut() {
+        if e.source_sha256.is_none() {
+            e.source_sha256 = hashed.get(i).cloned();
+        }
+    }
     pb.finish_and_clear();
     let reused = entries.iter().filter(|e| e.2).count();
     let checked = if check {

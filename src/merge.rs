@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use rayon::prelude::*;
-use sha2::{Digest, Sha256};
+use sha256x2::Sha256;
 
 use crate::cli::MergeArgs;
 use crate::failure::bad_input;

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Mutex};
 
 use anyhow::{anyhow, Context, Result};
-use sha2::{Digest, Sha256};
+use sha256x2::Sha256;
 use weights_file::AtomicFile;
 
 use crate::failure::{bad_input, signal_name};

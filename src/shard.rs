@@ -12,7 +12,7 @@
 
 use model_sources::Catalogue;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use sha256x2::Sha256;
 
 use crate::extra::ExtraContent;
 use crate::manifest::{source_name, Tool};
@@ -193,7 +193,7 @@ pub fn loads(items: &[Item], shard: &[usize], count: usize) -> Vec<u64> {
 pub fn plan_sha256(cat: &Catalogue, plan: &Plan, opts: &Options, items: &[Item]) -> String {
     let mut h = Sha256::new();
     let mut put = |s: &str| {
-        h.update((s.len() as u64).to_le_bytes());
+        h.update(&(s.len() as u64).to_le_bytes());
         h.update(s.as_bytes());
     };
     let tool = Tool::this();
