@@ -132,14 +132,14 @@ impl std::io::Write for Sha256 {
 /// b.update(db)`, with the whole blocks both have compressed together where
 /// the CPU can ([`pair_supported`]). Fastest when the two are about as long.
 pub fn update_pair(a: &mut Sha256, da: &[u8], b: &mut Sha256, db: &[u8]) {
-    let (da, db) = (a.fill(da), b.fill(db));
-    let (mut da, mut db) = (da, db);
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+    let (mut da, mut db) = (a.fill(da), b.fill(db));
+    #[cfg(target_arch = "x86_64")]
     if a.len == 0 && b.len == 0 && pair_supported() {
         let n = (da.len() / BLOCK).min(db.len() / BLOCK);
         if n > 0 {
             let (ba, _) = da[..n * BLOCK].as_chunks::<BLOCK>();
             let (bb, _) = db[..n * BLOCK].as_chunks::<BLOCK>();
-            #[cfg(target_arch = "x86_64")]
             x86::compress_pair(&mut a.state, ba, &mut b.state, bb);
             a.total += (n * BLOCK) as u64;
             b.total += (n * BLOCK) as u64;
