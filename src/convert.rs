@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -378,6 +379,7 @@ fn write_portion(
     // the jobs; with --resume a job first compares its tensor's hash with
     // the old manifest's, so the hashes come first (beside the estimate).
     let threads = rayon::current_num_threads();
+    let stop = AtomicBool::new(false);
     let hash_tensors = |groups: usize| -> HashMap<usize, String> {
         // Groups of about equal bytes (longest first, each to the lightest
         // group), each hashed on one thread two tensors at a time.
@@ -399,7 +401,7 @@ fn write_portion(
                 let tensors: Vec<_> = jobs.iter().map(|&i| plan.jobs[i].tensor).collect();
                 jobs.iter()
                     .copied()
-                    .zip(digest::tensors_sha256(cat, &tensors))
+                    .zip(digest::tensors_sha256(cat, &tensors, &stop))
             })
             .collect()
     };
@@ -421,11 +423,11 @@ fn write_portion(
     // finishes a long job alone (results are put back in plan order).
     let mut order = portion.jobs.clone();
     order.sort_by_key(|&i| std::cmp::Reverse(shard::job_cost(&plan.jobs[i])));
-    let pb = progress(total, quiet);
     // The jobs, after the estimate; `hashed` (the tensors' hashes) is given
     // with --resume.
     let run_jobs = |hashed: Option<&HashMap<usize, String>>| -> Result<Vec<Job>> {
         let estimate = importance_estimate(cat, plan, portion, opts, quiet)?;
+        let pb = progress(total, quiet);
         let ctx = writers::Ctx {
             cat,
             opts,
@@ -491,6 +493,7 @@ fn write_portion(
                 Ok((i, entry, reused, failed))
             })
             .collect::<Result<_>>()?;
+        pb.finish_and_clear();
         done.sort_by_key(|j| j.0);
         Ok(done)
     };
@@ -500,8 +503,18 @@ fn write_portion(
         (hashed, sources, entries)
     } else {
         // About one group per four threads: a group hashes several times
-        // faster than a thread converts, and it runs beside the jobs.
-        let ((hashed, sources), entries) = rayon::join(|| hash_all(threads / 4), || run_jobs(None));
+        // faster than a thread converts, and it runs beside the jobs. A
+        // failed job stops the hashing (its results are not used then).
+        let ((hashed, sources), entries) = rayon::join(
+            || hash_all(threads / 4),
+            || {
+                let r = run_jobs(None);
+                if r.is_err() {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                r
+            },
+        );
         (hashed, sources, entries?)
     };
     for (i, e, _, _) in entries.iter_mut() {
@@ -509,7 +522,6 @@ fn write_portion(
             e.source_sha256 = hashed.get(i).cloned();
         }
     }
-    pb.finish_and_clear();
     let reused = entries.iter().filter(|e| e.2).count();
     let checked = if check {
         entries.iter().filter(|e| e.1.file.is_some()).count()

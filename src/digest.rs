@@ -9,6 +9,8 @@
 //! handed back to the system once hashed ([`Catalogue::release`]), so
 //! hashing adds at most a window per thread to the resident set.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use model_sources::{Catalogue, Tensor};
 use sha256x2::Sha256;
 
@@ -38,8 +40,9 @@ pub fn tensor_sha256(cat: &Catalogue, t: &Tensor) -> String {
 /// where the CPU has SHA-NI). Each of two lanes hashes a tensor window by
 /// window, releasing each window once hashed, and takes the next tensor
 /// when its own ends; give the longest first, so that the short ones keep
-/// the other lane busy beside it.
-pub fn tensors_sha256(cat: &Catalogue, tensors: &[&Tensor]) -> Vec<String> {
+/// the other lane busy beside it. Once `stop` is set it returns at the
+/// next window, the hashes not made empty.
+pub fn tensors_sha256(cat: &Catalogue, tensors: &[&Tensor], stop: &AtomicBool) -> Vec<String> {
     struct Lane {
         item: usize,
         hasher: Sha256,
@@ -63,7 +66,7 @@ pub fn tensors_sha256(cat: &Catalogue, tensors: &[&Tensor]) -> Vec<String> {
         let at = l.at as usize;
         &data[at..(at + WINDOW).min(data.len())]
     };
-    loop {
+    while !stop.load(Ordering::Relaxed) {
         match &mut lanes {
             [Some(a), Some(b)] => {
                 let (wa, wb) = (window(a), window(b));
