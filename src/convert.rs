@@ -383,7 +383,13 @@ fn write_portion(
     let hash_tensors = |groups: usize| -> HashMap<usize, String> {
         // Groups of about equal bytes (longest first, each to the lightest
         // group), each hashed on one thread two tensors at a time.
-        let mut by_size = portion.jobs.clone();
+        // (Without --resume the jobs of `hashes_own_source` hash their own.)
+        let mut by_size: Vec<usize> = portion
+            .jobs
+            .iter()
+            .copied()
+            .filter(|&i| resume.is_some() || !writers::hashes_own_source(&plan.jobs[i]))
+            .collect();
         by_size.sort_by_key(|&i| std::cmp::Reverse(plan.jobs[i].tensor.n_bytes));
         let mut parts: Vec<(u64, Vec<usize>)> = vec![(0, Vec::new()); groups.max(1)];
         for i in by_size {
@@ -433,6 +439,7 @@ fn write_portion(
             opts,
             out: dir,
             estimate: estimate.as_ref(),
+            hash_source: hashed.is_none(),
         };
         let mut done: Vec<Job> = order
             .par_iter()
@@ -455,7 +462,9 @@ fn write_portion(
                     Some(e) => e,
                     None => {
                         let mut e = writers::run(&ctx, job)?;
-                        e.source_sha256 = src;
+                        if src.is_some() {
+                            e.source_sha256 = src;
+                        }
                         if matches!(job.action, Action::Source(_)) {
                             e.source_file = Some(source_name(cat, cat.file_of(t)));
                         }

@@ -24,6 +24,23 @@ pub struct Ctx<'a> {
     pub out: &'a OutputDir,
     /// `--input-scales auto`: the data-free importance estimate.
     pub estimate: Option<&'a crate::importance::Estimate>,
+    /// Whether the jobs of [`hashes_own_source`] hash their source tensor
+    /// (their entry's `source_sha256`): beside the hash of what they write,
+    /// two messages at a time. Otherwise the caller has the hashes.
+    pub hash_source: bool,
+}
+
+/// Jobs that, with [`Ctx::hash_source`], hash their source tensor as they
+/// write: the sidecars of moved blocks, whose output is as long as the
+/// tensor and written in step with reading it.
+pub fn hashes_own_source(job: &Job) -> bool {
+    matches!(
+        job.action,
+        Action::Sidecar {
+            requantize: false,
+            ..
+        }
+    )
 }
 
 impl Ctx<'_> {

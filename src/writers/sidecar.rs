@@ -15,6 +15,7 @@ use crate::manifest::Entry;
 use crate::materialize;
 use crate::outdir::HashedFile;
 use crate::plan::Job;
+use sha256x2::Sha256;
 
 /// Layout details for the manifest and `inspect` (per expert for an expert
 /// sidecar, with `experts` and `expert_bytes`).
@@ -41,6 +42,9 @@ pub fn details(ty: GgmlType, factor: usize, shape: SidecarShape) -> serde_json::
 
 /// Repack whole rows (`rows` of them, starting at a multiple of `factor`)
 /// and write them: full groups interleaved, a final partial group plain.
+///
+/// With `src_hash`, `src` is added to it beside the file's own hash (the
+/// same number of bytes: two messages hashed at once).
 fn write_rows(
     w: &mut HashedFile,
     src: &[u8],
@@ -48,6 +52,7 @@ fn write_rows(
     block_bytes: usize,
     factor: usize,
     buf: &mut Vec<u8>,
+    src_hash: Option<&mut Sha256>,
 ) -> Result<()> {
     let group = factor * row_bytes;
     let full = src.len() / group * group;
@@ -58,8 +63,16 @@ fn write_rows(
         .try_for_each(|(dst, s)| {
             interleave::repack_group(s, row_bytes, block_bytes, factor, dst)
         })?;
-    w.write_all(&buf[..full])?;
-    w.write_all(&src[full..])?;
+    match src_hash {
+        Some(h) => {
+            w.write_all_beside(&buf[..full], h, &src[..full])?;
+            w.write_all_beside(&src[full..], h, &src[full..])?;
+        }
+        None => {
+            w.write_all(&buf[..full])?;
+            w.write_all(&src[full..])?;
+        }
+    }
     Ok(())
 }
 
@@ -99,6 +112,8 @@ pub fn write(
     let mut w = ctx.out.create(&job.file)?;
     w.write_all(&weights_file::write::prefix(&header, &[])?)?;
     let mut buf = Vec::new();
+    // The tensor's hash, beside the file's (see `writers::hashes_own_source`).
+    let mut src_hash = (ctx.hash_source && !requantize).then(Sha256::new);
     if requantize {
         let mut q = Vec::new();
         materialize::rows(
@@ -124,7 +139,15 @@ pub fn write(
                         .with_context(|| format!("rows from {}", first_row + i * factor))
                     })
                     .with_context(|| ctx.at(job))?;
-                write_rows(&mut w, &q, row_bytes, ty.type_size(), factor, &mut buf)
+                write_rows(
+                    &mut w,
+                    &q,
+                    row_bytes,
+                    ty.type_size(),
+                    factor,
+                    &mut buf,
+                    None,
+                )
             },
         )?;
     } else {
@@ -144,8 +167,17 @@ pub fn write(
         let mut at = 0u64;
         for expert in data.chunks(n as usize * row_bytes) {
             for chunk in expert.chunks(step * row_bytes) {
-                write_rows(&mut w, chunk, row_bytes, ty.type_size(), factor, &mut buf)
-                    .with_context(|| ctx.at(job))?;
+                let h = src_hash.as_mut();
+                write_rows(
+                    &mut w,
+                    chunk,
+                    row_bytes,
+                    ty.type_size(),
+                    factor,
+                    &mut buf,
+                    h,
+                )
+                .with_context(|| ctx.at(job))?;
                 // Copied: its mapped pages leave the resident set.
                 ctx.cat.release(t, at, at + chunk.len() as u64);
                 at += chunk.len() as u64;
@@ -153,18 +185,22 @@ pub fn write(
         }
     }
     let done = w.commit()?;
+    let source_sha256 = src_hash.map(|h| crate::outdir::hex(&h.finalize()));
     let mut d = details(ty, factor, shape);
     if requantize {
         // Whether ggml's importance-weighted search made these bytes.
         d["importance_matrix"] =
             serde_json::json!(job.imatrix.is_some() && ggml_quants::uses_imatrix(ty));
     }
-    Ok(Entry::new(
-        t,
-        Some(&job.file),
-        ty.to_string(),
-        format!("ggml_r{factor}"),
-        Some(&done),
-        Some(d),
-    ))
+    Ok(Entry {
+        source_sha256,
+        ..Entry::new(
+            t,
+            Some(&job.file),
+            ty.to_string(),
+            format!("ggml_r{factor}"),
+            Some(&done),
+            Some(d),
+        )
+    })
 }
