@@ -188,6 +188,10 @@ struct Scratch {
     apack: Vec<APack>,
     /// One super-block's rows times the input scales.
     scaled: Vec<f32>,
+    /// The `uf` rows (f64, `k` each) of the exact fallback, made at a row's
+    /// first fallback in the super-block (`uf_made[c]`); only grown.
+    uf: Vec<f64>,
+    uf_made: Vec<bool>,
 }
 
 /// A lookup table that decides most orthogonal-family indices from the f32
@@ -739,7 +743,18 @@ impl PanelEncoder {
         // buffer is only grown, never cleared. The exact path of a rare
         // fallback recomputes its row's uf (the same `fixed` of the same
         // values) from `rows` and `norm`.
-        let Scratch { norm, apack, .. } = scratch;
+        let Scratch {
+            norm,
+            apack,
+            uf,
+            uf_made,
+            ..
+        } = scratch;
+        uf_made.clear();
+        uf_made.resize(cnt, false);
+        if uf.len() < cnt * k {
+            uf.resize(cnt * k, 0.0);
+        }
         norm.clear();
         norm.resize(cnt, 0.0);
         if apack.len() < nrb * kp {
@@ -802,13 +817,19 @@ impl PanelEncoder {
                             } else {
                                 fallbacks += 1;
                                 let j = j0 + q;
-                                index_of(
-                                    mid,
-                                    exact_dot_fixed(
+                                let ufc = &mut uf[c * k..(c + 1) * k];
+                                if !uf_made[c] {
+                                    simd::fixed_row(
+                                        self.isa,
                                         &rows[c * k..(c + 1) * k],
                                         norm[c],
-                                        &rot.rt32[j * kp..j * kp + k],
-                                    ),
+                                        ufc,
+                                    );
+                                    uf_made[c] = true;
+                                }
+                                index_of(
+                                    mid,
+                                    simd::exact_dot(self.isa, ufc, &rot.rt32[j * kp..j * kp + k]),
                                 )
                             };
                         }
@@ -1056,34 +1077,11 @@ fn filter_decision(padded: &[f64; LEVELS + 1], est: f64, e: f64) -> (u8, bool) {
     (idx as u8, sure)
 }
 
-/// [`exact_dot`] of `u = fixed(x, norm)` (the row's uf, computed here) and
-/// `r`; `x` and `r` have the row's `K` values (the padding adds nothing).
-#[inline]
-fn exact_dot_fixed(x: &[f32], norm: f64, r: &[f32]) -> f64 {
-    let u: Vec<f64> = x.iter().map(|&v| fixed(v as f64, norm)).collect();
-    exact_dot(&u, r)
-}
-
-/// `sum_k u[k] * r[k]` in f64. The contract defines this sum sequentially in
-/// `k`; for CQ4 operands (`u` on the 2^-28 grid with `||u|| <= 1 + 1e-6`, `r`
-/// fp16 values of magnitude <= 1 with column norm < 1.9) every product and
-/// every partial sum is an exact multiple of 2^-52 below 2 in magnitude, so
-/// any association gives the same value; four accumulators are used.
+/// `sum_k u[k] * r[k]` in f64 (the portable reference of
+/// [`simd::exact_dot`]).
 #[inline]
 fn exact_dot(u: &[f64], r: &[f32]) -> f64 {
-    let mut acc = [0.0f64; 4];
-    let (uc, ut) = u.as_chunks::<4>();
-    let (rc, rt) = r.as_chunks::<4>();
-    for (a, b) in uc.iter().zip(rc) {
-        for l in 0..4 {
-            acc[l] += a[l] * b[l] as f64;
-        }
-    }
-    let mut s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    for (&a, &b) in ut.iter().zip(rt) {
-        s += a * b as f64;
-    }
-    s
+    simd::scalar_exact_dot(u, r)
 }
 
 #[cfg(test)]

@@ -326,28 +326,37 @@ pub(super) fn pack_fixed(rr: &[&[f32]; MR], nr: &[f64; MR], out: &mut [APack]) {
     unsafe { pack_fixed_avx2(rr, nr, out) }
 }
 
+/// `fixed(x, n)` of four values, `y = 1 / n` (see [`pack_fixed`]).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn fixed4(x: __m256d, n: __m256d, y: __m256d) -> __m256d {
+    let magic = _mm256_set1_pd(FIXED_MAGIC);
+    let slack = _mm256_set1_pd(2f64.powi(-48));
+    let abs = _mm256_castsi256_pd(_mm256_set1_epi64x(i64::MAX));
+    let g = |v: __m256d| _mm256_sub_pd(_mm256_add_pd(v, magic), magic);
+    let p = _mm256_mul_pd(x, y);
+    let d = _mm256_mul_pd(_mm256_and_pd(p, abs), slack);
+    let lo = g(_mm256_sub_pd(p, d));
+    let hi = g(_mm256_add_pd(p, d));
+    if _mm256_movemask_pd(_mm256_cmp_pd::<_CMP_EQ_OQ>(lo, hi)) == 0xF {
+        lo
+    } else {
+        g(_mm256_div_pd(x, n))
+    }
+}
+
 #[target_feature(enable = "avx2")]
 fn pack_fixed_avx2(rr: &[&[f32]; MR], nr: &[f64; MR], out: &mut [APack]) {
     let k = out.len();
     // SAFETY: 4 f64 from the 4-element array; unaligned load.
     let n = unsafe { _mm256_loadu_pd(nr.as_ptr()) };
     let y = _mm256_div_pd(_mm256_set1_pd(1.0), n);
-    let magic = _mm256_set1_pd(FIXED_MAGIC);
-    let slack = _mm256_set1_pd(2f64.powi(-48));
-    let abs = _mm256_castsi256_pd(_mm256_set1_epi64x(i64::MAX));
-    let g = |v: __m256d| _mm256_sub_pd(_mm256_add_pd(v, magic), magic);
     let mut kk = 0;
     while kk + 4 <= k {
         // SAFETY: every row has `k >= kk + 4` values.
         let cols = unsafe { columns4(rr, kk) };
         for (c, col) in cols.into_iter().enumerate() {
-            let x = _mm256_cvtps_pd(col);
-            let p = _mm256_mul_pd(x, y);
-            let d = _mm256_mul_pd(_mm256_and_pd(p, abs), slack);
-            let lo = g(_mm256_sub_pd(p, d));
-            let hi = g(_mm256_add_pd(p, d));
-            let same = _mm256_movemask_pd(_mm256_cmp_pd::<_CMP_EQ_OQ>(lo, hi)) == 0xF;
-            let u = if same { lo } else { g(_mm256_div_pd(x, n)) };
+            let u = fixed4(_mm256_cvtps_pd(col), n, y);
             // SAFETY: `out[kk + c]` is a `[f32; 4]` (kk + c < k = out.len());
             // unaligned 16-byte store.
             unsafe { _mm_storeu_ps(out[kk + c].as_mut_ptr(), _mm256_cvtpd_ps(u)) };
@@ -357,4 +366,68 @@ fn pack_fixed_avx2(rr: &[&[f32]; MR], nr: &[f64; MR], out: &mut [APack]) {
     for (kk, a) in out.iter_mut().enumerate().skip(kk) {
         *a = std::array::from_fn(|r| super::fixed_f32(rr[r][kk], nr[r]));
     }
+}
+
+/// [`super::fixed_row`]: four values at a time as in [`pack_fixed`]. Safe
+/// entry: checks the CPU, then runs the kernel.
+pub(super) fn fixed_row(x: &[f32], n: f64, out: &mut [f64]) {
+    assert!(std::arch::is_x86_feature_detected!("avx2"));
+    assert_eq!(x.len(), out.len());
+    // SAFETY: AVX2 was detected just above.
+    unsafe { fixed_row_avx2(x, n, out) }
+}
+
+#[target_feature(enable = "avx2")]
+fn fixed_row_avx2(x: &[f32], n: f64, out: &mut [f64]) {
+    let nv = _mm256_set1_pd(n);
+    let y = _mm256_div_pd(_mm256_set1_pd(1.0), nv);
+    let (xc, xt) = x.as_chunks::<4>();
+    let (oc, ot) = out.as_chunks_mut::<4>();
+    for (o, v) in oc.iter_mut().zip(xc) {
+        // SAFETY: `v` is `[f32; 4]` and `o` `[f64; 4]`: one 16-byte load,
+        // one 32-byte store, unaligned.
+        unsafe {
+            let u = fixed4(_mm256_cvtps_pd(_mm_loadu_ps(v.as_ptr())), nv, y);
+            _mm256_storeu_pd(o.as_mut_ptr(), u);
+        }
+    }
+    super::scalar_fixed_row(xt, n, ot);
+}
+
+/// [`super::exact_dot`] with 4 vectors of 4 accumulators (any association
+/// gives the exact sum; no FMA is needed, none is used). Safe entry: checks
+/// the CPU, then runs the kernel.
+pub(super) fn exact_dot(u: &[f64], r: &[f32]) -> f64 {
+    assert!(std::arch::is_x86_feature_detected!("avx2"));
+    // SAFETY: AVX2 was detected just above.
+    unsafe { exact_dot_avx2(u, r) }
+}
+
+#[target_feature(enable = "avx2")]
+fn exact_dot_avx2(u: &[f64], r: &[f32]) -> f64 {
+    let len = u.len().min(r.len());
+    let (u, r) = (&u[..len], &r[..len]);
+    let mut acc = [_mm256_setzero_pd(); 4];
+    let (uc, ut) = u.as_chunks::<16>();
+    let (rc, rt) = r.as_chunks::<16>();
+    for (a, b) in uc.iter().zip(rc) {
+        for (q, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: lanes 4q .. 4q + 4 (q < 4) of the 16-element arrays;
+            // unaligned loads.
+            unsafe {
+                let x = _mm256_loadu_pd(a.as_ptr().add(4 * q));
+                let y = _mm256_cvtps_pd(_mm_loadu_ps(b.as_ptr().add(4 * q)));
+                *acc = _mm256_add_pd(*acc, _mm256_mul_pd(x, y));
+            }
+        }
+    }
+    let v = _mm256_add_pd(_mm256_add_pd(acc[0], acc[1]), _mm256_add_pd(acc[2], acc[3]));
+    let mut lanes = [0.0f64; 4];
+    // SAFETY: 4 f64 into the 4-element array; unaligned store.
+    unsafe { _mm256_storeu_pd(lanes.as_mut_ptr(), v) };
+    let mut s = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    for (&a, &b) in ut.iter().zip(rt) {
+        s += a * b as f64;
+    }
+    s
 }

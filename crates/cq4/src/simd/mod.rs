@@ -310,6 +310,58 @@ pub(crate) fn scalar_pack_fixed(rr: &[&[f32]; MR], nr: &[f64; MR], out: &mut [AP
     }
 }
 
+/// `out[i] = fixed(x[i], n)` in f64 for one row (the exact fallback's `uf`):
+/// the same on every tier (see [`pack_fixed`]).
+#[inline]
+pub(crate) fn fixed_row(isa: EncodeIsa, x: &[f32], n: f64, out: &mut [f64]) {
+    assert_eq!(x.len(), out.len());
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx2 | EncodeIsa::Avx512 if isa.supported() => avx2::fixed_row(x, n, out),
+        _ => scalar_fixed_row(x, n, out),
+    }
+}
+
+/// The portable [`fixed_row`].
+pub(crate) fn scalar_fixed_row(x: &[f32], n: f64, out: &mut [f64]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (v as f64 / n + FIXED_MAGIC) - FIXED_MAGIC;
+    }
+}
+
+/// `sum_k u[k] * r[k]` in f64 over the shorter length. The contract defines
+/// this sum sequentially in `k`; for CQ4 operands (`u` on the 2^-28 grid
+/// with `||u|| <= 1 + 1e-6`, `r` fp16 values of magnitude <= 1 with column
+/// norm < 1.9) every product and every partial sum is an exact multiple of
+/// 2^-52 below 2 in magnitude, so any association gives the same value:
+/// the tiers use as many accumulators as suit them.
+#[inline]
+pub(crate) fn exact_dot(isa: EncodeIsa, u: &[f64], r: &[f32]) -> f64 {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx2 | EncodeIsa::Avx512 if isa.supported() => avx2::exact_dot(u, r),
+        _ => scalar_exact_dot(u, r),
+    }
+}
+
+/// The portable [`exact_dot`]: four accumulators.
+#[inline(always)]
+pub(crate) fn scalar_exact_dot(u: &[f64], r: &[f32]) -> f64 {
+    let mut acc = [0.0f64; 4];
+    let (uc, ut) = u.as_chunks::<4>();
+    let (rc, rt) = r.as_chunks::<4>();
+    for (a, b) in uc.iter().zip(rc) {
+        for l in 0..4 {
+            acc[l] += a[l] * b[l] as f64;
+        }
+    }
+    let mut s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    for (&a, &b) in ut.iter().zip(rt) {
+        s += a * b as f64;
+    }
+    s
+}
+
 /// Half a tile's columns: the scalar tier works on `NR / 2` columns at a
 /// time so its accumulators fit the baseline's 16 vector registers.
 const HALF: usize = NR / 2;
@@ -418,6 +470,15 @@ mod tests {
                         "{isa:?} {len}"
                     );
                     for nr in [want_ss.map(|s| s.sqrt().max(1e-8)), nr_one] {
+                        for r in 0..MR {
+                            let mut got = vec![0.0f64; len];
+                            let mut want = vec![0.0f64; len];
+                            fixed_row(isa, rr[r], nr[r], &mut got);
+                            scalar_fixed_row(rr[r], nr[r], &mut want);
+                            let bits =
+                                |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(bits(&got), bits(&want), "{isa:?} len {len} row {r}");
+                        }
                         let mut got = vec![[0.0f32; MR]; len];
                         let mut want = vec![[0.0f32; MR]; len];
                         pack_fixed(isa, &rr, &nr, &mut got);
@@ -479,5 +540,51 @@ mod tests {
             checked += chunk.len();
         }
         assert!(checked > n);
+    }
+
+    /// Every tier's exact dot product of a row's `uf` with a column of R
+    /// is the sequential f64 sum the contract defines, bit for bit: Gaussian,
+    /// sparse and one-sign rows against every column of a 640-wide R, and
+    /// lengths that leave tails.
+    #[test]
+    fn every_tier_exact_dot_is_the_sequential_sum() {
+        use crate::orthogonal::OrthogonalRotation;
+        let kp = 640;
+        let rot = OrthogonalRotation::new(crate::rng::DEFAULT_SEED, kp).unwrap();
+        let mut g = vec![0.0f64; kp];
+        let mut rows: Vec<Vec<f32>> = vec![];
+        for s in 0..3u64 {
+            fill_gaussian(&mut SplitMix64::new(s), &mut g);
+            rows.push(g.iter().map(|&x| x as f32).collect());
+        }
+        rows.push(rows[0].iter().map(|x| x.abs()).collect());
+        rows.push(
+            (0..kp)
+                .map(|i| if i % 37 == 0 { 1.0 } else { 0.0 })
+                .collect(),
+        );
+        for isa in EncodeIsa::available() {
+            for x in &rows {
+                for len in [kp, 637, 17, 3] {
+                    let x = &x[..len];
+                    let n = x
+                        .iter()
+                        .map(|&v| (v as f64) * (v as f64))
+                        .sum::<f64>()
+                        .sqrt();
+                    let mut uf = vec![0.0f64; len];
+                    scalar_fixed_row(x, n, &mut uf);
+                    for j in 0..kp {
+                        let r = &rot.rt32[j * kp..j * kp + len];
+                        let mut seq = 0.0f64;
+                        for (&a, &b) in uf.iter().zip(r) {
+                            seq += a * b as f64;
+                        }
+                        let got = exact_dot(isa, &uf, r);
+                        assert_eq!(got.to_bits(), seq.to_bits(), "{isa:?} len {len} column {j}");
+                    }
+                }
+            }
+        }
     }
 }
