@@ -501,6 +501,7 @@ mod tests {
     /// on, beside and between every threshold, far outside the buckets,
     /// infinite and NaN, in every lane.
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn x86_hadamard_positions_equal_the_portable_scan() {
         use crate::hadamard::HADAMARD_N;
         use crate::hadamard_quant::{positions, Positions, Rotated, SearchTable};
