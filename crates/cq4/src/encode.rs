@@ -1293,4 +1293,49 @@ mod tests {
             }
         }
     }
+
+    /// Every tier's exact dot product of a row's `uf` with a column of R
+    /// is the sequential f64 sum the contract defines, bit for bit: Gaussian,
+    /// sparse and one-sign rows against every column of a 640-wide R, and
+    /// lengths that leave tails.
+    #[test]
+    fn every_tier_exact_dot_is_the_sequential_sum() {
+        let kp = 640;
+        let rot = OrthogonalRotation::new(crate::rng::DEFAULT_SEED, kp).unwrap();
+        let mut g = vec![0.0f64; kp];
+        let mut rows: Vec<Vec<f32>> = vec![];
+        for s in 0..3u64 {
+            crate::rng::fill_gaussian(&mut crate::rng::SplitMix64::new(s), &mut g);
+            rows.push(g.iter().map(|&x| x as f32).collect());
+        }
+        rows.push(rows[0].iter().map(|x| x.abs()).collect());
+        rows.push(
+            (0..kp)
+                .map(|i| if i % 37 == 0 { 1.0 } else { 0.0 })
+                .collect(),
+        );
+        for isa in simd::EncodeIsa::available() {
+            for x in &rows {
+                for len in [kp, 637, 17, 3] {
+                    let x = &x[..len];
+                    let n = x
+                        .iter()
+                        .map(|&v| (v as f64) * (v as f64))
+                        .sum::<f64>()
+                        .sqrt();
+                    let mut uf = vec![0.0f64; len];
+                    simd::scalar_fixed_row(x, n, &mut uf);
+                    for j in 0..kp {
+                        let r = &rot.rt32[j * kp..j * kp + len];
+                        let mut seq = 0.0f64;
+                        for (&a, &b) in uf.iter().zip(r) {
+                            seq += a * b as f64;
+                        }
+                        let got = simd::exact_dot(isa, &uf, r);
+                        assert_eq!(got.to_bits(), seq.to_bits(), "{isa:?} len {len} column {j}");
+                    }
+                }
+            }
+        }
+    }
 }
