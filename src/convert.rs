@@ -377,7 +377,7 @@ fn write_portion(
     // padding) by `digest::rest_sha256`. A job needs its tensor's hash only
     // for its manifest entry, so the hashing runs beside the estimate and
     // the jobs; with --resume a job first compares its tensor's hash with
-    // the old manifest's, so the hashes come first (beside the estimate).
+    // the old manifest's, so the hashes come first (on every thread).
     let threads = rayon::current_num_threads();
     let stop = AtomicBool::new(false);
     let hash_tensors = |groups: usize| -> HashMap<usize, String> {
