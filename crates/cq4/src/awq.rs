@@ -40,16 +40,8 @@ impl ColumnSums {
     /// Add whole rows (`rows.len()` a multiple of `k`; a partial row at the
     /// end is ignored).
     pub fn add_rows(&mut self, rows: &[f32]) {
-        let k = self.sums.len();
-        if k == 0 {
-            return;
-        }
-        for row in rows.chunks_exact(k) {
-            for (c, &x) in self.sums.iter_mut().zip(row) {
-                let x = x as f64;
-                *c += x * x;
-            }
-        }
+        // The same additions in the same order on every tier.
+        crate::simd::column_squares(crate::simd::EncodeIsa::best(), &mut self.sums, rows);
     }
 
     /// The sums.

@@ -290,13 +290,9 @@ pub fn estimate<S: Source>(
             bad = true;
             return;
         }
-        for row in rows.chunks_exact(h) {
-            for (s, &e) in sums.iter_mut().zip(row) {
-                let e = e as f64;
-                *s += e * e;
-            }
-            vocab += 1;
-        }
+        // Row after row, each column's sum in row order (every tier alike).
+        crate::simd::column_squares(crate::simd::EncodeIsa::best(), &mut sums, rows);
+        vocab += rows.len() / h;
     })?;
     let (v_rows, hidden) = match dims {
         None => return Ok(Err(Skip::Missing(Part::TokenEmbedding))),

@@ -62,6 +62,19 @@ fn tile_avx2(a: &[APack], b: &[BRow]) -> Tile {
     res
 }
 
+/// [`super::column_squares`] compiled with AVX2 (the portable body, 4 f64
+/// lanes per register; the same operations column by column).
+pub(super) fn column_squares(sums: &mut [f64], rows: &[f32]) {
+    assert!(std::arch::is_x86_feature_detected!("avx2"));
+    // SAFETY: AVX2 was detected on this CPU just above.
+    unsafe { column_squares_avx2(sums, rows) }
+}
+
+#[target_feature(enable = "avx2")]
+fn column_squares_avx2(sums: &mut [f64], rows: &[f32]) {
+    super::portable_column_squares(sums, rows)
+}
+
 /// The Hadamard batch quantizer compiled with AVX2 (the portable body,
 /// 4 f64 lanes per register; no FMA, no reassociation: the same values).
 pub(super) fn hadamard_batch(q: &HadamardQuant, x: &mut Batch, idx: &mut BatchIdx) -> [f64; LANES] {

@@ -281,6 +281,71 @@ pub(crate) fn scalar_sum_squares(rr: &[&[f32]; MR]) -> [f64; MR] {
     ss
 }
 
+/// Per-column sums of squares: for every whole row of `rows` (rows of
+/// `sums.len()` values, in order; a partial row at the end is ignored),
+/// `sums[c] = sums[c] + f64(x[c]) * f64(x[c])`, each product rounded, then
+/// added, row after row (the order of [`crate::awq::ColumnSums`] and of the
+/// importance estimate's embedding pass). The same on every tier: the
+/// columns are independent, so the x86 tiers only run more of them per
+/// instruction (no fused multiply-add: Rust never contracts).
+#[inline]
+pub(crate) fn column_squares(isa: EncodeIsa, sums: &mut [f64], rows: &[f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx512 if isa.supported() => avx512::column_squares(sums, rows),
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx2 if isa.supported() => avx2::column_squares(sums, rows),
+        _ => scalar_column_squares(sums, rows),
+    }
+}
+
+/// Rows per pass of [`portable_column_squares`]: each column's sum stays in
+/// a register across them.
+const COLUMN_ROWS: usize = 8;
+
+/// The body of [`column_squares`], compiled once per tier: rows in groups
+/// of [`COLUMN_ROWS`], each column's running sum kept across the group
+/// (the same additions in the same order as one row at a time).
+#[inline(always)]
+pub(crate) fn portable_column_squares(sums: &mut [f64], rows: &[f32]) {
+    let k = sums.len();
+    if k == 0 {
+        return;
+    }
+    let whole = rows.len() / k * k;
+    let mut groups = rows[..whole].chunks_exact(COLUMN_ROWS * k);
+    for g in &mut groups {
+        for (c, s) in sums.iter_mut().enumerate() {
+            let mut acc = *s;
+            for r in 0..COLUMN_ROWS {
+                let x = g[r * k + c] as f64;
+                acc += x * x;
+            }
+            *s = acc;
+        }
+    }
+    for row in groups.remainder().chunks_exact(k) {
+        for (s, &x) in sums.iter_mut().zip(row) {
+            let x = x as f64;
+            *s += x * x;
+        }
+    }
+}
+
+/// The reference of [`column_squares`]: one row at a time.
+pub(crate) fn scalar_column_squares(sums: &mut [f64], rows: &[f32]) {
+    let k = sums.len();
+    if k == 0 {
+        return;
+    }
+    for row in rows.chunks_exact(k) {
+        for (s, &x) in sums.iter_mut().zip(row) {
+            let x = x as f64;
+            *s += x * x;
+        }
+    }
+}
+
 /// The filter's input of `MR` rows: `out[kk][r] = fixed(rr[r][kk], nr[r])`
 /// rounded to f32 for every `kk < out.len()` (the rows' length), where
 /// `fixed(x, n) = (x / n + FIXED_MAGIC) - FIXED_MAGIC` in f64 (§CQ4.7.2).
@@ -402,6 +467,55 @@ pub(crate) fn scalar_tile(a: &[APack], b: &[BRow]) -> Tile {
 mod tests {
     use super::*;
     use crate::rng::{fill_gaussian, SplitMix64};
+
+    /// Every tier's column sums of squares equal the one-row-at-a-time
+    /// reference bit for bit: widths around the vector lengths, row counts
+    /// around the row groups (with a partial row at the end), values of
+    /// mixed scales (so the order of the additions shows), zeros, -0.0,
+    /// subnormals and the f32 extremes, and running sums carried in.
+    #[test]
+    fn every_tier_column_squares_equal_the_scalar_sums() {
+        let mut rng = SplitMix64::new(77);
+        for k in [1usize, 3, 7, 8, 9, 16, 17, 33, 640] {
+            for nrows in [0usize, 1, 7, 8, 9, 15, 16, 17, 25] {
+                let mut g = vec![0f64; nrows * k + 2];
+                fill_gaussian(&mut rng, &mut g);
+                let mut rows: Vec<f32> = g
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &x)| (x * 10f64.powi((i % 13) as i32 - 6)) as f32)
+                    .collect();
+                let specials = [
+                    0.0,
+                    -0.0,
+                    f32::from_bits(1),
+                    f32::MIN_POSITIVE,
+                    f32::MAX,
+                    -f32::MAX,
+                    1e-30,
+                ];
+                for (i, v) in specials.iter().enumerate() {
+                    if let Some(x) = rows.get_mut(i * 5) {
+                        *x = *v;
+                    }
+                }
+                // A partial row at the end is ignored.
+                rows.truncate(nrows * k + (k > 1) as usize);
+                let start: Vec<f64> = (0..k).map(|c| c as f64 * 0.37 + 1e-3).collect();
+                let mut want = start.clone();
+                scalar_column_squares(&mut want, &rows);
+                for isa in EncodeIsa::available() {
+                    let mut got = start.clone();
+                    column_squares(isa, &mut got, &rows);
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{isa:?} k {k} rows {nrows}: {got:?} != {want:?}");
+                }
+            }
+        }
+    }
 
     /// Every tier's row norms and packed filter input equal the scalar
     /// ones bit for bit: Gaussian rows of several scales and lengths (tails
