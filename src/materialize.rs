@@ -51,6 +51,13 @@ impl Affine {
         x
     }
 
+    /// Append [`Affine::apply`] of every value of `src` to `out` (one pass,
+    /// the fields in registers: the loop vectorizes).
+    pub fn map_into(&self, src: &[f32], out: &mut Vec<f32>) {
+        let a = *self;
+        out.extend(src.iter().map(|&v| a.apply(v)));
+    }
+
     /// The inverse of [`Affine::apply`]: `((v - then) / mul) - add`, the
     /// same steps skipped. Exact when `mul` is a power of two and `add` and
     /// `then` are zero; otherwise within an ulp or two of the value that
@@ -138,7 +145,38 @@ pub fn rows(
     dtype: TorchDtype,
     align: usize,
     tf: Transform,
-    f: impl FnMut(usize, &[f32]) -> Result<()>,
+    mut f: impl FnMut(usize, &[f32]) -> Result<()>,
+) -> Result<()> {
+    rows_with(cat, t, dtype, align, tf, false, |i, v, _| f(i, v))
+}
+
+/// [`rows`], except that where the values are F32 read in place from the
+/// mapped source (an F32 tensor under the float32 policy, rows in source
+/// order) the transform's affine is **not** applied: `f(first_row, values,
+/// affine)` gets the source values and the affine still to apply, value by
+/// value with [`Affine::apply`] ([`Affine::IDENTITY`] where it was applied,
+/// as in [`rows`]). The caller applies it where it uses the values, a few
+/// rows at a time in cache, instead of through a chunk buffer of
+/// [`CHUNK_BYTES`] written and then read back from memory.
+pub fn rows_deferred(
+    cat: &Catalogue,
+    t: &Tensor,
+    dtype: TorchDtype,
+    align: usize,
+    tf: Transform,
+    f: impl FnMut(usize, &[f32], Affine) -> Result<()>,
+) -> Result<()> {
+    rows_with(cat, t, dtype, align, tf, true, f)
+}
+
+fn rows_with(
+    cat: &Catalogue,
+    t: &Tensor,
+    dtype: TorchDtype,
+    align: usize,
+    tf: Transform,
+    defer: bool,
+    f: impl FnMut(usize, &[f32], Affine) -> Result<()>,
 ) -> Result<()> {
     let ncols = t.ncols() as usize;
     let nrows = t.nrows() as usize;
@@ -168,7 +206,7 @@ pub fn rows(
             })
         }
     };
-    stream(cat, t, dtype, units, source_row, tf.values, f)
+    stream(cat, t, dtype, units, source_row, tf.values, defer, f)
 }
 
 /// Materialize a tensor as a flat sequence of values in spans of whole
@@ -199,7 +237,8 @@ pub fn values(
         units,
         None::<fn(usize) -> usize>,
         tf.values,
-        |_, v| f(v),
+        false,
+        |_, v, _| f(v),
     )
 }
 
@@ -216,7 +255,10 @@ struct Units<W: Fn(usize) -> usize> {
 
 /// Decode `u.count` units in chunks; unit `i` of the output is source unit
 /// `source(i)` when given (whole rows moved as bytes), then `affine` on
-/// every value.
+/// every value; with `defer`, F32 values read in place are handed out
+/// without it, with `affine` as the third argument of `f` (see
+/// [`rows_deferred`]; otherwise that argument is the identity).
+#[allow(clippy::too_many_arguments)]
 fn stream<W: Fn(usize) -> usize>(
     cat: &Catalogue,
     t: &Tensor,
@@ -224,7 +266,8 @@ fn stream<W: Fn(usize) -> usize>(
     u: Units<W>,
     source: Option<impl Fn(usize) -> usize>,
     affine: Affine,
-    mut f: impl FnMut(usize, &[f32]) -> Result<()>,
+    defer: bool,
+    mut f: impl FnMut(usize, &[f32], Affine) -> Result<()>,
 ) -> Result<()> {
     let ty = ggml_of(cat, t)?;
     let data = cat.data(t);
@@ -247,12 +290,12 @@ fn stream<W: Fn(usize) -> usize>(
                 let vals = all.get(i * u.values..(i + n) * u.values).ok_or_else(|| {
                     bad_input(format!("{}: data shorter than its shape", at(cat, t)))
                 })?;
-                if affine.is_identity() {
-                    f(i, vals)?;
+                if affine.is_identity() || defer {
+                    f(i, vals, affine)?;
                 } else {
                     buf.clear();
-                    buf.extend(vals.iter().map(|&v| affine.apply(v)));
-                    f(i, &buf)?;
+                    affine.map_into(vals, &mut buf);
+                    f(i, &buf, Affine::IDENTITY)?;
                 }
                 // Read: the chunk's mapped pages leave the resident set.
                 cat.release(t, (i * u.bytes) as u64, ((i + n) * u.bytes) as u64);
@@ -291,7 +334,7 @@ fn stream<W: Fn(usize) -> usize>(
             if !affine.is_identity() {
                 out.iter_mut().for_each(|v| *v = affine.apply(*v));
             }
-            f(i, out)?;
+            f(i, out, Affine::IDENTITY)?;
         }
         i += n;
     }

@@ -22,14 +22,18 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
         // AWQ input scales need every row's column sums first: one more
         // pass over the source.
         let mut sums = cq4::awq::ColumnSums::new(k);
-        materialize::rows(
+        materialize::rows_deferred(
             ctx.cat,
             t,
             ctx.opts.dtype,
             SB,
             job.transform,
-            |_, values| {
-                sums.add_rows(values);
+            |_, values, affine| {
+                if affine.is_identity() {
+                    sums.add_rows(values);
+                } else {
+                    sums.add_rows_mapped(values, |src, out| affine.map_into(src, out));
+                }
                 Ok(())
             },
         )?;
@@ -86,25 +90,33 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
     let mut panels = Vec::new();
     let mut written = Vec::new();
     let mut norms = vec![0u16; n * ng];
-    materialize::rows(
+    // F32 sources under an engine transform are mapped super-block by
+    // super-block inside the encoder (in cache), not through a chunk buffer.
+    materialize::rows_deferred(
         ctx.cat,
         t,
         ctx.opts.dtype,
         SB,
         job.transform,
-        |first_row, values| {
+        |first_row, values, affine| {
             let rows = values.len() / k;
             panels.clear();
             panels.resize(rows.div_ceil(SB) * sbb, 0);
+            let norms = &mut norms[first_row * ng..(first_row + rows) * ng];
             let (wrote, encoded) = rayon::join(
                 || w.write_all(&written),
                 || {
-                    enc.encode_superblocks(
-                        first_row,
-                        values,
-                        &mut panels,
-                        &mut norms[first_row * ng..(first_row + rows) * ng],
-                    )
+                    if affine.is_identity() {
+                        enc.encode_superblocks(first_row, values, &mut panels, norms)
+                    } else {
+                        enc.encode_superblocks_mapped(
+                            first_row,
+                            values,
+                            |src, out| affine.map_into(src, out),
+                            &mut panels,
+                            norms,
+                        )
+                    }
                 },
             );
             wrote?;

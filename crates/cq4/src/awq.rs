@@ -24,6 +24,9 @@
 /// Largest `|e_j|` this module produces (scales from 1/8 to 8).
 pub const MAX_EXPONENT: i8 = 3;
 
+/// Rows mapped at a time by [`ColumnSums::add_rows_mapped`].
+const MAPPED_ROWS: usize = 64;
+
 /// Per-column sums of squares `c_j = sum_n f64(W[n][j])^2`, accumulated row
 /// by row in row order (the order is part of the contract).
 #[derive(Debug, Clone)]
@@ -42,6 +45,30 @@ impl ColumnSums {
     pub fn add_rows(&mut self, rows: &[f32]) {
         // The same additions in the same order on every tier.
         crate::simd::column_squares(crate::simd::EncodeIsa::best(), &mut self.sums, rows);
+    }
+
+    /// [`ColumnSums::add_rows`] of the rows that `map` makes of `rows`:
+    /// `map(src, out)` appends to `out` one value per value of `src` (e.g. an
+    /// engine's affine transform); it is called on a few rows at a time, so
+    /// the mapped rows stay in cache. The same sums as mapping every row
+    /// first. Panics if `map` appends a different number of values.
+    pub fn add_rows_mapped(&mut self, rows: &[f32], map: impl Fn(&[f32], &mut Vec<f32>)) {
+        let k = self.sums.len();
+        if k == 0 {
+            return;
+        }
+        let whole = &rows[..rows.len() / k * k];
+        let mut buf = Vec::with_capacity(MAPPED_ROWS * k);
+        for part in whole.chunks(MAPPED_ROWS * k) {
+            buf.clear();
+            map(part, &mut buf);
+            assert_eq!(
+                buf.len(),
+                part.len(),
+                "the map changed the number of values"
+            );
+            self.add_rows(&buf);
+        }
     }
 
     /// The sums.

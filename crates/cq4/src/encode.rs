@@ -165,6 +165,15 @@ impl Bundle {
     }
 }
 
+/// The error of a value map that appended `got` values where `expected` were due.
+fn mapped_length(expected: usize, got: usize) -> Cq4Error {
+    Cq4Error::BufferLength {
+        what: "mapped rows",
+        expected,
+        got,
+    }
+}
+
 /// Rigorous bound on |f32-filter estimate - exact inner product| (see
 /// `orthogonal_superblock`). `u` is the f32 unit roundoff.
 fn filter_bound(kp: usize, max_col_norm: f64) -> f64 {
@@ -505,6 +514,42 @@ impl PanelEncoder {
         panels_out: &mut [u8],
         norms_out: &mut [u16],
     ) -> Result<(), Cq4Error> {
+        self.encode_with(
+            first_row,
+            rows,
+            None::<&fn(&[f32], &mut Vec<f32>)>,
+            panels_out,
+            norms_out,
+        )
+    }
+
+    /// [`PanelEncoder::encode_superblocks`] of the rows that `map` makes of
+    /// `rows`: `map(src, out)` appends to `out` one value per value of `src`
+    /// (e.g. an engine's affine transform of the source values). The same
+    /// bytes as mapping every row first and encoding the result, errors
+    /// included. Each super-block's rows are mapped as they are encoded, in
+    /// cache: the mapped chunk never exists in memory whole. A `map` that
+    /// appends a different number of values is an error
+    /// ([`Cq4Error::BufferLength`]).
+    pub fn encode_superblocks_mapped(
+        &self,
+        first_row: usize,
+        rows: &[f32],
+        map: impl Fn(&[f32], &mut Vec<f32>) + Sync,
+        panels_out: &mut [u8],
+        norms_out: &mut [u16],
+    ) -> Result<(), Cq4Error> {
+        self.encode_with(first_row, rows, Some(&map), panels_out, norms_out)
+    }
+
+    fn encode_with<M: Fn(&[f32], &mut Vec<f32>) + Sync>(
+        &self,
+        first_row: usize,
+        rows: &[f32],
+        map: Option<&M>,
+        panels_out: &mut [u8],
+        norms_out: &mut [u16],
+    ) -> Result<(), Cq4Error> {
         let nrows = self.check_chunk(
             first_row,
             rows.len(),
@@ -525,15 +570,37 @@ impl PanelEncoder {
                         let row0 = first_row + s * SUPER_BLOCK;
                         let cnt = sb_rows.len() / k;
                         let mut scaled = std::mem::take(&mut scratch.scaled);
-                        let sb_rows = match &self.input_scale {
-                            Some(sc) => {
+                        // The map first, then the input scales (each
+                        // rounded to f32, as if done in that order before).
+                        let sb_rows = match (&self.input_scale, map) {
+                            (Some(sc), Some(m)) => {
+                                scaled.clear();
+                                for row in sb_rows.chunks_exact(k) {
+                                    let at = scaled.len();
+                                    m(row, &mut scaled);
+                                    if scaled.len() != at + k {
+                                        return Err(mapped_length(at + k, scaled.len()));
+                                    }
+                                    scaled[at..].iter_mut().zip(sc).for_each(|(x, &s)| *x *= s);
+                                }
+                                &scaled[..]
+                            }
+                            (Some(sc), None) => {
                                 scaled.clear();
                                 for row in sb_rows.chunks_exact(k) {
                                     scaled.extend(row.iter().zip(sc).map(|(&x, &s)| x * s));
                                 }
                                 &scaled[..]
                             }
-                            None => sb_rows,
+                            (None, Some(m)) => {
+                                scaled.clear();
+                                m(sb_rows, &mut scaled);
+                                if scaled.len() != sb_rows.len() {
+                                    return Err(mapped_length(sb_rows.len(), scaled.len()));
+                                }
+                                &scaled[..]
+                            }
+                            (None, None) => sb_rows,
                         };
                         debug_assert!(cnt <= nrows);
                         panel.fill(0);

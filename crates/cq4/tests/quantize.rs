@@ -579,3 +579,82 @@ fn input_scales_cut_the_importance_weighted_error() {
         Err(Cq4Error::BufferLength { .. })
     ));
 }
+
+/// `encode_superblocks_mapped` is `encode_superblocks` of the mapped rows,
+/// byte for byte and error for error: both families, with and without input
+/// scales (the map first, then the scale, each rounded to f32), an affine
+/// map that rounds (so a missed or doubled map shows), chunks of several
+/// super-blocks with a partial last one; and a map that makes one value
+/// infinite fails on the same row and column as the mapped rows do.
+#[test]
+fn mapped_encoding_equals_encoding_the_mapped_rows() {
+    let (n, k) = (150, 320);
+    let w = gaussian(n, k, 21);
+    let map = |x: f32| (x + 0.001) * 16.0 - 0.125;
+    let block = |src: &[f32], out: &mut Vec<f32>| out.extend(src.iter().map(|&x| map(x)));
+    let mapped: Vec<f32> = w.iter().map(|&x| map(x)).collect();
+    let bundle = Bundle::new(DEFAULT_SEED);
+    let exps: Vec<i8> = (0..k).map(|j| (j % 7) as i8 - 3).collect();
+    for family in [Family::Hadamard, Family::Orthogonal] {
+        for scales in [false, true] {
+            let mut enc = bundle.encoder(family, n, k).unwrap();
+            if scales {
+                enc = enc.with_input_exponents(&exps).unwrap();
+            }
+            let want = encode(&enc, &mapped, 2);
+            let g = enc.geometry();
+            let ng = g.num_groups();
+            let mut panels = vec![0u8; g.data_bytes()];
+            let mut norms = vec![0u16; n * ng];
+            for r0 in (0..n).step_by(128) {
+                let r1 = (r0 + 128).min(n);
+                let (sb0, sb1) = (r0 / 64, r1.div_ceil(64));
+                enc.encode_superblocks_mapped(
+                    r0,
+                    &w[r0 * k..r1 * k],
+                    block,
+                    &mut panels[sb0 * g.superblock_bytes()..sb1 * g.superblock_bytes()],
+                    &mut norms[r0 * ng..r1 * ng],
+                )
+                .unwrap();
+            }
+            assert!(
+                panels == want.panels && norms == want.norms,
+                "{family:?} scales {scales}: mapped encoding differs"
+            );
+            // A value the map makes infinite: the same error either way.
+            let bad = 70 * k + 33;
+            let blow = |src: &[f32], out: &mut Vec<f32>| {
+                out.extend(
+                    src.iter()
+                        .map(|&x| if x == w[bad] { f32::INFINITY } else { map(x) }),
+                )
+            };
+            let mut bad_rows = mapped.clone();
+            bad_rows[bad] = f32::INFINITY;
+            let g64 = 2 * g.superblock_bytes();
+            let e_plain = enc
+                .encode_superblocks(
+                    0,
+                    &bad_rows[..128 * k],
+                    &mut vec![0u8; g64],
+                    &mut vec![0u16; 128 * ng],
+                )
+                .unwrap_err();
+            let e_mapped = enc
+                .encode_superblocks_mapped(
+                    0,
+                    &w[..128 * k],
+                    blow,
+                    &mut vec![0u8; g64],
+                    &mut vec![0u16; 128 * ng],
+                )
+                .unwrap_err();
+            assert_eq!(format!("{e_plain:?}"), format!("{e_mapped:?}"));
+            assert!(
+                matches!(e_plain, Cq4Error::NonFinite { row: 70, col: 33 }),
+                "{e_plain:?}"
+            );
+        }
+    }
+}
