@@ -624,7 +624,7 @@ impl PanelEncoder {
 
     fn check_finite(&self, row: usize, values: &[f32]) -> Result<(), Cq4Error> {
         // A branch-free scan first (vectorized), the position only on error.
-        if values.iter().fold(true, |ok, x| ok & x.is_finite()) {
+        if simd::all_finite(self.isa, values) {
             return Ok(());
         }
         match values.iter().position(|x| !x.is_finite()) {
@@ -660,19 +660,17 @@ impl PanelEncoder {
         let mut idx: BatchIdx = [[0; LANES]; HADAMARD_N];
         for it0 in (0..items).step_by(LANES) {
             let m = (items - it0).min(LANES);
-            for l in 0..LANES {
-                // Missing items of the last batch are zero groups (dropped).
-                let src: &[f32] = if l < m {
+            // Missing items of the last batch are zero groups (dropped).
+            let src: [&[f32]; LANES] = std::array::from_fn(|l| {
+                if l < m {
                     let (c, g) = ((it0 + l) / ng, (it0 + l) % ng);
                     let lo = c * k + g * HADAMARD_N;
                     &rows[lo..c * k + ((g + 1) * HADAMARD_N).min(k)]
                 } else {
                     &[]
-                };
-                for (i, v) in x.iter_mut().enumerate() {
-                    v[l] = src.get(i).map_or(0.0, |&w| w as f64);
                 }
-            }
+            });
+            simd::gather_batch(self.isa, src, &mut x);
             let norm = simd::hadamard_batch(self.isa, &self.hquant, &mut x, &mut idx);
             for (l, &nu) in norm.iter().enumerate().take(m) {
                 let (c, g) = ((it0 + l) / ng, (it0 + l) % ng);

@@ -62,6 +62,43 @@ fn tile_avx2(a: &[APack], b: &[BRow]) -> Tile {
     res
 }
 
+/// [`super::all_finite`] compiled with AVX2 (the portable scan, 8 lanes).
+pub(super) fn all_finite(values: &[f32]) -> bool {
+    assert!(std::arch::is_x86_feature_detected!("avx2"));
+    // SAFETY: AVX2 was detected on this CPU just above.
+    unsafe { all_finite_avx2(values) }
+}
+
+#[target_feature(enable = "avx2")]
+fn all_finite_avx2(values: &[f32]) -> bool {
+    super::portable_all_finite(values)
+}
+
+/// [`super::gather_batch`] of four full groups: four values of each group
+/// transposed into the four lanes (as [`columns4`] does for rows), each
+/// widened to f64 and stored as one `x[i]`. Safe entry: checks the CPU
+/// and the lengths, then runs the kernel.
+pub(super) fn gather_batch(src: [&[f32]; LANES], x: &mut Batch) {
+    assert!(std::arch::is_x86_feature_detected!("avx2"));
+    assert!(src.iter().all(|s| s.len() == x.len()));
+    // SAFETY: AVX2 was detected just above; every group has `x.len()` values.
+    unsafe { gather_batch_avx2(src, x) }
+}
+
+#[target_feature(enable = "avx2")]
+fn gather_batch_avx2(src: [&[f32]; LANES], x: &mut Batch) {
+    const _: () = assert!(LANES == MR);
+    for i in (0..x.len()).step_by(4) {
+        // SAFETY: every group has `x.len()` values and `i + 4 <= x.len()`
+        // (HADAMARD_N is a multiple of 4).
+        let cols = unsafe { columns4(&src, i) };
+        for (c, v) in cols.iter().enumerate() {
+            // SAFETY: `x[i + c]` is a `[f64; 4]`; unaligned 4-lane store.
+            unsafe { _mm256_storeu_pd(x[i + c].as_mut_ptr(), _mm256_cvtps_pd(*v)) };
+        }
+    }
+}
+
 /// [`super::column_squares`] compiled with AVX2 (the portable body, 4 f64
 /// lanes per register; the same operations column by column).
 pub(super) fn column_squares(sums: &mut [f64], rows: &[f32]) {

@@ -67,6 +67,18 @@ fn tile_n<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
     res
 }
 
+/// [`super::all_finite`] compiled with AVX-512F (the portable scan, 16 lanes).
+pub(super) fn all_finite(values: &[f32]) -> bool {
+    assert!(std::arch::is_x86_feature_detected!("avx512f"));
+    // SAFETY: AVX-512F was detected on this CPU just above.
+    unsafe { all_finite_avx512(values) }
+}
+
+#[target_feature(enable = "avx512f")]
+fn all_finite_avx512(values: &[f32]) -> bool {
+    super::portable_all_finite(values)
+}
+
 /// [`super::column_squares`] compiled with AVX-512F (the portable body, 8
 /// f64 lanes per register; the same operations column by column).
 pub(super) fn column_squares(sums: &mut [f64], rows: &[f32]) {

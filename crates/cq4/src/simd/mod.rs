@@ -281,6 +281,52 @@ pub(crate) fn scalar_sum_squares(rr: &[&[f32]; MR]) -> [f64; MR] {
     ss
 }
 
+/// True when every value is finite (no NaN, no infinity). The same answer
+/// on every tier (the x86 tiers scan more values per instruction).
+#[inline]
+pub(crate) fn all_finite(isa: EncodeIsa, values: &[f32]) -> bool {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx512 if isa.supported() => avx512::all_finite(values),
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx2 if isa.supported() => avx2::all_finite(values),
+        _ => portable_all_finite(values),
+    }
+}
+
+/// The body of [`all_finite`]: a branch-free scan (it vectorizes).
+#[inline(always)]
+pub(crate) fn portable_all_finite(values: &[f32]) -> bool {
+    values.iter().fold(true, |ok, x| ok & x.is_finite())
+}
+
+/// The Hadamard batch's input: `x[i][l] = f64(src[l][i])` for `i <
+/// src[l].len()`, `0.0` for the rest of the `HADAMARD_N` positions (each
+/// `src[l]` at most that long). The same values on every tier (a widening
+/// is exact); the x86 tiers transpose four groups of 128 at a time.
+#[inline]
+pub(crate) fn gather_batch(isa: EncodeIsa, src: [&[f32]; LANES], x: &mut Batch) {
+    assert!(src.iter().all(|s| s.len() <= x.len()));
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx2 | EncodeIsa::Avx512
+            if isa.supported() && src.iter().all(|s| s.len() == x.len()) =>
+        {
+            avx2::gather_batch(src, x)
+        }
+        _ => scalar_gather_batch(src, x),
+    }
+}
+
+/// The portable [`gather_batch`].
+pub(crate) fn scalar_gather_batch(src: [&[f32]; LANES], x: &mut Batch) {
+    for (l, s) in src.iter().enumerate() {
+        for (i, v) in x.iter_mut().enumerate() {
+            v[l] = s.get(i).map_or(0.0, |&w| w as f64);
+        }
+    }
+}
+
 /// Per-column sums of squares: for every whole row of `rows` (rows of
 /// `sums.len()` values, in order; a partial row at the end is ignored),
 /// `sums[c] = sums[c] + f64(x[c]) * f64(x[c])`, each product rounded, then
@@ -467,6 +513,73 @@ pub(crate) fn scalar_tile(a: &[APack], b: &[BRow]) -> Tile {
 mod tests {
     use super::*;
     use crate::rng::{fill_gaussian, SplitMix64};
+
+    /// Every tier's finiteness scan answers as the portable one: lengths
+    /// around the vector widths, one NaN, +inf or -inf at every position
+    /// of short rows (and at a few of long ones), and finite extremes.
+    #[test]
+    fn every_tier_finiteness_scan_equals_the_portable_one() {
+        let mut rng = SplitMix64::new(5);
+        for len in [0usize, 1, 7, 8, 15, 16, 17, 31, 33, 640] {
+            let mut g = vec![0f64; len];
+            fill_gaussian(&mut rng, &mut g);
+            let base: Vec<f32> = g.iter().map(|&x| x as f32).collect();
+            let mut cases = vec![base.clone()];
+            if let Some(x) = cases[0].first_mut() {
+                *x = f32::MAX;
+            }
+            let at: Vec<usize> = if len <= 40 {
+                (0..len).collect()
+            } else {
+                vec![0, 1, 15, 16, 17, len / 2, len - 1]
+            };
+            for &p in &at {
+                for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                    let mut r = base.clone();
+                    r[p] = bad;
+                    cases.push(r);
+                }
+            }
+            for r in &cases {
+                let want = r.iter().all(|x| x.is_finite());
+                assert_eq!(portable_all_finite(r), want);
+                for isa in EncodeIsa::available() {
+                    assert_eq!(all_finite(isa, r), want, "{isa:?} len {len}");
+                }
+            }
+        }
+    }
+
+    /// Every tier's Hadamard batch input equals the portable gather: four
+    /// full groups (the transposing path), and groups of uneven lengths and
+    /// empty ones (zero-filled), values including -0.0 and subnormals.
+    #[test]
+    fn every_tier_gathers_the_portable_batch() {
+        use crate::hadamard::HADAMARD_N;
+        let mut g = vec![0f64; 4 * HADAMARD_N];
+        fill_gaussian(&mut SplitMix64::new(9), &mut g);
+        let mut v: Vec<f32> = g.iter().map(|&x| x as f32).collect();
+        v[3] = -0.0;
+        v[130] = f32::from_bits(1);
+        v[511] = f32::MAX;
+        let groups: Vec<&[f32]> = v.chunks_exact(HADAMARD_N).collect();
+        let shapes: [[usize; LANES]; 3] = [[128; 4], [128, 127, 5, 0], [0; 4]];
+        for lens in shapes {
+            let src: [&[f32]; LANES] = std::array::from_fn(|l| &groups[l][..lens[l]]);
+            let mut want: Batch = [[7.0; LANES]; HADAMARD_N];
+            scalar_gather_batch(src, &mut want);
+            for isa in EncodeIsa::available() {
+                let mut got: Batch = [[-7.0; LANES]; HADAMARD_N];
+                gather_batch(isa, src, &mut got);
+                let same = got
+                    .iter()
+                    .flatten()
+                    .zip(want.iter().flatten())
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{isa:?} lengths {lens:?}");
+            }
+        }
+    }
 
     /// Every tier's column sums of squares equal the one-row-at-a-time
     /// reference bit for bit: widths around the vector lengths, row counts
