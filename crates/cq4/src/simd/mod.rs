@@ -341,6 +341,9 @@ pub(crate) fn column_squares(isa: EncodeIsa, sums: &mut [f64], rows: &[f32]) {
         EncodeIsa::Avx512 if isa.supported() => avx512::column_squares(sums, rows),
         #[cfg(target_arch = "x86_64")]
         EncodeIsa::Avx2 if isa.supported() => avx2::column_squares(sums, rows),
+        // Advanced SIMD is the aarch64 baseline: the portable body as built.
+        #[cfg(target_arch = "aarch64")]
+        EncodeIsa::Neon if isa.supported() => portable_column_squares(sums, rows),
         _ => scalar_column_squares(sums, rows),
     }
 }
