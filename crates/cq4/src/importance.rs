@@ -180,9 +180,18 @@ impl RowEnergies<'_> {
             self.bad = true;
             return;
         }
-        // Four rows at a time: four independent chains, each still its
+        // Sixteen rows at a time on the vector tiers (four chains of four
+        // lanes), then four at a time: independent chains, each still its
         // row's sum in `k` order (one chain alone waits on each add).
-        let mut it = rows.chunks_exact(4 * k);
+        const E: usize = crate::simd::ENERGY_ROWS;
+        let isa = crate::simd::EncodeIsa::best();
+        let mut it16 = rows.chunks_exact(E * k);
+        for block in &mut it16 {
+            let r: [&[f32]; E] = std::array::from_fn(|i| &block[i * k..(i + 1) * k]);
+            self.out
+                .extend_from_slice(&crate::simd::row_energies(isa, &r, self.x));
+        }
+        let mut it = it16.remainder().chunks_exact(4 * k);
         for four in &mut it {
             let r: [&[f32]; 4] = std::array::from_fn(|i| &four[i * k..(i + 1) * k]);
             let mut s = [0.0f64; 4];

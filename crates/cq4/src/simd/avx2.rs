@@ -356,6 +356,55 @@ fn sum_squares_avx2(rr: &[&[f32]; MR]) -> [f64; MR] {
     ss
 }
 
+/// [`super::row_energies`]: four vectors of four lanes, lane `r` of vector
+/// `v` row `4v + r`'s chain, fed its values in order (four at a time,
+/// transposed from four row loads); each product rounded, then the next,
+/// then the add (no FMA). Four independent chains side by side. Safe entry:
+/// checks the CPU and the lengths, then runs the kernel.
+pub(super) fn row_energies(
+    rows: &[&[f32]; super::ENERGY_ROWS],
+    x: &[f64],
+) -> [f64; super::ENERGY_ROWS] {
+    assert!(std::arch::is_x86_feature_detected!("avx2"));
+    assert!(rows.iter().all(|r| r.len() == x.len()));
+    // SAFETY: AVX2 was detected just above; every row has `x.len()` values.
+    unsafe { row_energies_avx2(rows, x) }
+}
+
+#[target_feature(enable = "avx2")]
+fn row_energies_avx2(rows: &[&[f32]; super::ENERGY_ROWS], x: &[f64]) -> [f64; super::ENERGY_ROWS] {
+    const G: usize = super::ENERGY_ROWS / MR;
+    let k = x.len();
+    let groups: [[&[f32]; MR]; G] =
+        std::array::from_fn(|g| std::array::from_fn(|r| rows[g * MR + r]));
+    let mut acc = [_mm256_setzero_pd(); G];
+    let mut kk = 0;
+    while kk + 4 <= k {
+        // SAFETY: every row has `k >= kk + 4` values.
+        let cols: [[__m128; 4]; G] = std::array::from_fn(|g| unsafe { columns4(&groups[g], kk) });
+        for c in 0..4 {
+            let xk = _mm256_set1_pd(x[kk + c]);
+            for g in 0..G {
+                let w = _mm256_cvtps_pd(cols[g][c]);
+                acc[g] = _mm256_add_pd(acc[g], _mm256_mul_pd(_mm256_mul_pd(w, w), xk));
+            }
+        }
+        kk += 4;
+    }
+    let mut e = [0.0f64; super::ENERGY_ROWS];
+    for (g, a) in acc.iter().enumerate() {
+        // SAFETY: 4 f64 into `e[4g .. 4g + 4]` (g < G); unaligned store.
+        unsafe { _mm256_storeu_pd(e.as_mut_ptr().add(MR * g), *a) };
+    }
+    for kk in kk..k {
+        for (ei, r) in e.iter_mut().zip(rows) {
+            let w = r[kk] as f64;
+            *ei += (w * w) * x[kk];
+        }
+    }
+    e
+}
+
 /// [`super::pack_fixed`]. Per value the quotient `q = x / n` is estimated
 /// as `p = x * y` with `y = 1 / n` (one division per row): `y = (1/n)(1 + e1)`
 /// and `p = (x/n)(1 + e1)(1 + e2)`, `|e1|, |e2| <= 2^-53`, so `p` and the

@@ -281,6 +281,41 @@ pub(crate) fn scalar_sum_squares(rr: &[&[f32]; MR]) -> [f64; MR] {
     ss
 }
 
+/// Rows per call of [`row_energies`].
+pub(crate) const ENERGY_ROWS: usize = 16;
+
+/// Row energies of [`ENERGY_ROWS`] rows of one length `x.len()`: for each
+/// row, `e = (..((0 + (w_0 * w_0) * x_0) + (w_1 * w_1) * x_1) ..)` with
+/// `w = f64` of the row's value, each product rounded, then added, in
+/// order (the importance estimate's contract). The same on every tier (the
+/// x86 tiers run the rows' chains in the lanes of four vectors, each lane
+/// in its order).
+#[inline]
+pub(crate) fn row_energies(
+    isa: EncodeIsa,
+    rows: &[&[f32]; ENERGY_ROWS],
+    x: &[f64],
+) -> [f64; ENERGY_ROWS] {
+    assert!(rows.iter().all(|r| r.len() == x.len()));
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx2 | EncodeIsa::Avx512 if isa.supported() => avx2::row_energies(rows, x),
+        _ => scalar_row_energies(rows, x),
+    }
+}
+
+/// The portable [`row_energies`].
+pub(crate) fn scalar_row_energies(rows: &[&[f32]; ENERGY_ROWS], x: &[f64]) -> [f64; ENERGY_ROWS] {
+    let mut e = [0.0f64; ENERGY_ROWS];
+    for (kk, &xk) in x.iter().enumerate() {
+        for (ei, r) in e.iter_mut().zip(rows) {
+            let w = r[kk] as f64;
+            *ei += (w * w) * xk;
+        }
+    }
+    e
+}
+
 /// True when every value is finite (no NaN, no infinity). The same answer
 /// on every tier (the x86 tiers scan more values per instruction).
 #[inline]
@@ -516,6 +551,44 @@ pub(crate) fn scalar_tile(a: &[APack], b: &[BRow]) -> Tile {
 mod tests {
     use super::*;
     use crate::rng::{fill_gaussian, SplitMix64};
+
+    /// Every tier's row energies equal the portable sums bit for bit:
+    /// lengths with tails of 1-3 values, values of mixed scales (the order
+    /// of the additions shows), zeros, -0.0, subnormals, and weights `x`
+    /// of mixed scales and signs.
+    #[test]
+    fn every_tier_row_energies_equal_the_portable_ones() {
+        let mut rng = SplitMix64::new(31);
+        for len in [0usize, 1, 3, 4, 5, 7, 64, 129, 640] {
+            let mut g = vec![0f64; ENERGY_ROWS * len + len];
+            fill_gaussian(&mut rng, &mut g);
+            let mut v: Vec<f32> = g[..ENERGY_ROWS * len]
+                .iter()
+                .enumerate()
+                .map(|(i, &t)| (t * 10f64.powi((i % 11) as i32 - 5)) as f32)
+                .collect();
+            for (i, s) in [0.0, -0.0, f32::from_bits(3), 1e30].iter().enumerate() {
+                if let Some(t) = v.get_mut(i * 7) {
+                    *t = *s;
+                }
+            }
+            let x: Vec<f64> = g[ENERGY_ROWS * len..]
+                .iter()
+                .enumerate()
+                .map(|(i, &t)| t.abs() * 10f64.powi((i % 5) as i32 - 2))
+                .collect();
+            let rows: [&[f32]; ENERGY_ROWS] = std::array::from_fn(|r| &v[r * len..(r + 1) * len]);
+            let want = scalar_row_energies(&rows, &x);
+            for isa in EncodeIsa::available() {
+                let got = row_energies(isa, &rows, &x);
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{isa:?} len {len}: {got:?} != {want:?}");
+            }
+        }
+    }
 
     /// Every tier's finiteness scan answers as the portable one: lengths
     /// around the vector widths, one NaN, +inf or -inf at every position
