@@ -486,8 +486,9 @@ fn unusable_hessians_are_refused() {
 /// byte (two safetensors files whose one matrix, two 16 MiB chunks long,
 /// starts at file offsets 0 and 2 mod 4; only the manifests' source digests
 /// differ). The same with the engine's Gemma 3 `x 16` on `up_proj` (an
-/// affine map: applied while reading the map when aligned, after decoding
-/// the copy when not), which must give other bytes than without it.
+/// affine map: when aligned, deferred to the encoder and the AWQ column
+/// sums, which map each super-block's rows in cache; after decoding the
+/// copy when not), which must give other bytes than without it.
 #[test]
 fn f32_rows_read_in_place_and_copied_give_the_same_file() {
     let tmp = tempfile::tempdir().unwrap();
