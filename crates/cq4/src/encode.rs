@@ -572,31 +572,24 @@ impl PanelEncoder {
                         let mut scaled = std::mem::take(&mut scratch.scaled);
                         // The map first, then the input scales (each
                         // rounded to f32, as if done in that order before).
-                        let sb_rows = match (&self.input_scale, map) {
-                            (Some(sc), Some(m)) => {
-                                scaled.clear();
-                                for row in sb_rows.chunks_exact(k) {
-                                    let at = scaled.len();
-                                    m(row, &mut scaled);
-                                    if scaled.len() != at + k {
-                                        return Err(mapped_length(at + k, scaled.len()));
-                                    }
-                                    scaled[at..].iter_mut().zip(sc).for_each(|(x, &s)| *x *= s);
-                                }
-                                &scaled[..]
-                            }
-                            (Some(sc), None) => {
-                                scaled.clear();
-                                for row in sb_rows.chunks_exact(k) {
-                                    scaled.extend(row.iter().zip(sc).map(|(&x, &s)| x * s));
-                                }
-                                &scaled[..]
-                            }
-                            (None, Some(m)) => {
+                        let sb_rows = match (map, &self.input_scale) {
+                            (Some(m), scales) => {
                                 scaled.clear();
                                 m(sb_rows, &mut scaled);
                                 if scaled.len() != sb_rows.len() {
                                     return Err(mapped_length(sb_rows.len(), scaled.len()));
+                                }
+                                if let Some(sc) = scales {
+                                    for row in scaled.chunks_exact_mut(k) {
+                                        row.iter_mut().zip(sc).for_each(|(x, &s)| *x *= s);
+                                    }
+                                }
+                                &scaled[..]
+                            }
+                            (None, Some(sc)) => {
+                                scaled.clear();
+                                for row in sb_rows.chunks_exact(k) {
+                                    scaled.extend(row.iter().zip(sc).map(|(&x, &s)| x * s));
                                 }
                                 &scaled[..]
                             }

@@ -67,31 +67,6 @@ fn tile_n<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
     res
 }
 
-/// [`super::all_finite`] compiled with AVX-512F (the portable scan, 16 lanes).
-pub(super) fn all_finite(values: &[f32]) -> bool {
-    assert!(std::arch::is_x86_feature_detected!("avx512f"));
-    // SAFETY: AVX-512F was detected on this CPU just above.
-    unsafe { all_finite_avx512(values) }
-}
-
-#[target_feature(enable = "avx512f")]
-fn all_finite_avx512(values: &[f32]) -> bool {
-    super::portable_all_finite(values)
-}
-
-/// [`super::column_squares`] compiled with AVX-512F (the portable body, 8
-/// f64 lanes per register; the same operations column by column).
-pub(super) fn column_squares(sums: &mut [f64], rows: &[f32]) {
-    assert!(std::arch::is_x86_feature_detected!("avx512f"));
-    // SAFETY: AVX-512F was detected on this CPU just above.
-    unsafe { column_squares_avx512(sums, rows) }
-}
-
-#[target_feature(enable = "avx512f")]
-fn column_squares_avx512(sums: &mut [f64], rows: &[f32]) {
-    super::portable_column_squares(sums, rows)
-}
-
 /// [`Buckets::lookup`] of 16 estimates: the same f64 add, multiply and
 /// range test per lane, the truncated buckets' entries gathered; and the
 /// mask of the [`UNCERTAIN`] ones. Safe entry: checks the CPU and the

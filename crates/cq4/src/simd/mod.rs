@@ -322,9 +322,7 @@ pub(crate) fn scalar_row_energies(rows: &[&[f32]; ENERGY_ROWS], x: &[f64]) -> [f
 pub(crate) fn all_finite(isa: EncodeIsa, values: &[f32]) -> bool {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        EncodeIsa::Avx512 if isa.supported() => avx512::all_finite(values),
-        #[cfg(target_arch = "x86_64")]
-        EncodeIsa::Avx2 if isa.supported() => avx2::all_finite(values),
+        EncodeIsa::Avx2 | EncodeIsa::Avx512 if isa.supported() => avx2::all_finite(values),
         _ => portable_all_finite(values),
     }
 }
@@ -373,9 +371,7 @@ pub(crate) fn scalar_gather_batch(src: [&[f32]; LANES], x: &mut Batch) {
 pub(crate) fn column_squares(isa: EncodeIsa, sums: &mut [f64], rows: &[f32]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        EncodeIsa::Avx512 if isa.supported() => avx512::column_squares(sums, rows),
-        #[cfg(target_arch = "x86_64")]
-        EncodeIsa::Avx2 if isa.supported() => avx2::column_squares(sums, rows),
+        EncodeIsa::Avx2 | EncodeIsa::Avx512 if isa.supported() => avx2::column_squares(sums, rows),
         // Advanced SIMD is the aarch64 baseline: the portable body as built.
         #[cfg(target_arch = "aarch64")]
         EncodeIsa::Neon if isa.supported() => portable_column_squares(sums, rows),
@@ -408,12 +404,7 @@ pub(crate) fn portable_column_squares(sums: &mut [f64], rows: &[f32]) {
             *s = acc;
         }
     }
-    for row in groups.remainder().chunks_exact(k) {
-        for (s, &x) in sums.iter_mut().zip(row) {
-            let x = x as f64;
-            *s += x * x;
-        }
-    }
+    scalar_column_squares(sums, groups.remainder());
 }
 
 /// The reference of [`column_squares`]: one row at a time.
@@ -552,6 +543,16 @@ mod tests {
     use super::*;
     use crate::rng::{fill_gaussian, SplitMix64};
 
+    /// Whether two sequences of f64 are the same bit for bit.
+    fn same_bits<'a>(
+        a: impl IntoIterator<Item = &'a f64>,
+        b: impl IntoIterator<Item = &'a f64>,
+    ) -> bool {
+        a.into_iter()
+            .zip(b)
+            .all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
     /// Every tier's row energies equal the portable sums bit for bit:
     /// lengths with tails of 1-3 values, values of mixed scales (the order
     /// of the additions shows), zeros, -0.0, subnormals, and weights `x`
@@ -581,11 +582,10 @@ mod tests {
             let want = scalar_row_energies(&rows, &x);
             for isa in EncodeIsa::available() {
                 let got = row_energies(isa, &rows, &x);
-                let same = got
-                    .iter()
-                    .zip(&want)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "{isa:?} len {len}: {got:?} != {want:?}");
+                assert!(
+                    same_bits(&got, &want),
+                    "{isa:?} len {len}: {got:?} != {want:?}"
+                );
             }
         }
     }
@@ -647,12 +647,10 @@ mod tests {
             for isa in EncodeIsa::available() {
                 let mut got: Batch = [[-7.0; LANES]; HADAMARD_N];
                 gather_batch(isa, src, &mut got);
-                let same = got
-                    .iter()
-                    .flatten()
-                    .zip(want.iter().flatten())
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "{isa:?} lengths {lens:?}");
+                assert!(
+                    same_bits(got.iter().flatten(), want.iter().flatten()),
+                    "{isa:?} lengths {lens:?}"
+                );
             }
         }
     }
@@ -696,11 +694,10 @@ mod tests {
                 for isa in EncodeIsa::available() {
                     let mut got = start.clone();
                     column_squares(isa, &mut got, &rows);
-                    let same = got
-                        .iter()
-                        .zip(&want)
-                        .all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(same, "{isa:?} k {k} rows {nrows}: {got:?} != {want:?}");
+                    assert!(
+                        same_bits(&got, &want),
+                        "{isa:?} k {k} rows {nrows}: {got:?} != {want:?}"
+                    );
                 }
             }
         }
