@@ -165,15 +165,6 @@ impl Bundle {
     }
 }
 
-/// The error of a value map that appended `got` values where `expected` were due.
-fn mapped_length(expected: usize, got: usize) -> Cq4Error {
-    Cq4Error::BufferLength {
-        what: "mapped rows",
-        expected,
-        got,
-    }
-}
-
 /// Rigorous bound on |f32-filter estimate - exact inner product| (see
 /// `orthogonal_superblock`). `u` is the f32 unit roundoff.
 fn filter_bound(kp: usize, max_col_norm: f64) -> f64 {
@@ -577,7 +568,11 @@ impl PanelEncoder {
                                 scaled.clear();
                                 m(sb_rows, &mut scaled);
                                 if scaled.len() != sb_rows.len() {
-                                    return Err(mapped_length(sb_rows.len(), scaled.len()));
+                                    return Err(Cq4Error::BufferLength {
+                                        what: "mapped rows",
+                                        expected: sb_rows.len(),
+                                        got: scaled.len(),
+                                    });
                                 }
                                 if let Some(sc) = scales {
                                     for row in scaled.chunks_exact_mut(k) {

@@ -180,36 +180,20 @@ impl RowEnergies<'_> {
             self.bad = true;
             return;
         }
-        // Sixteen rows at a time on the vector tiers (four chains of four
-        // lanes), then four at a time: independent chains, each still its
-        // row's sum in `k` order (one chain alone waits on each add).
+        // Sixteen rows at a time (on the vector tiers, four chains of four
+        // lanes): independent chains, each still its row's sum in `k`
+        // order (one chain alone waits on each add). The last block's
+        // missing rows repeat its first row and their sums are dropped.
         const E: usize = crate::simd::ENERGY_ROWS;
         let isa = crate::simd::EncodeIsa::best();
-        let mut it16 = rows.chunks_exact(E * k);
-        for block in &mut it16 {
-            let r: [&[f32]; E] = std::array::from_fn(|i| &block[i * k..(i + 1) * k]);
+        for block in rows.chunks(E * k) {
+            let m = block.len() / k;
+            let r: [&[f32]; E] = std::array::from_fn(|i| {
+                let i = if i < m { i } else { 0 };
+                &block[i * k..(i + 1) * k]
+            });
             self.out
-                .extend_from_slice(&crate::simd::row_energies(isa, &r, self.x));
-        }
-        let mut it = it16.remainder().chunks_exact(4 * k);
-        for four in &mut it {
-            let r: [&[f32]; 4] = std::array::from_fn(|i| &four[i * k..(i + 1) * k]);
-            let mut s = [0.0f64; 4];
-            for (kk, &x) in self.x.iter().enumerate() {
-                for i in 0..4 {
-                    let w = r[i][kk] as f64;
-                    s[i] += (w * w) * x;
-                }
-            }
-            self.out.extend_from_slice(&s);
-        }
-        for row in it.remainder().chunks_exact(k) {
-            let mut s = 0.0;
-            for (&w, &x) in row.iter().zip(self.x) {
-                let w = w as f64;
-                s += (w * w) * x;
-            }
-            self.out.push(s);
+                .extend_from_slice(&crate::simd::row_energies(isa, &r, self.x)[..m]);
         }
     }
 }
