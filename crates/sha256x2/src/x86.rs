@@ -21,6 +21,14 @@ const K: [u32; 64] = [
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
 ];
 
+/// Blocks prefetched ahead of the one compressed (1 KiB). A message's
+/// rounds are one dependent chain, so the core's out-of-order window reaches
+/// only a few blocks ahead and the hardware prefetcher alone left a message
+/// from DRAM at 1.17 GB/s against 1.96 in cache; 8 - 64 blocks ahead all
+/// gave 1.88 - 1.95 (`cargo bench -p sha256x2`: 256 MiB and 64 KiB messages;
+/// docs/BENCHMARKS.md, session 15).
+const AHEAD: usize = 16;
+
 /// Whether the CPU has what [`compress_pair`] runs on (probed once by the
 /// standard library's detection cache).
 pub(super) fn supported() -> bool {
@@ -39,16 +47,31 @@ pub(super) fn compress_pair(
 ) {
     assert!(supported() && a.len() == b.len());
     // SAFETY: SHA, SSSE3 and SSE4.1 were detected on this CPU just above.
-    unsafe { compress_pair_sha([sa, sb], [a, b]) }
+    unsafe { compress_sha([sa, sb], [a, b]) }
 }
 
+/// One message's blocks into `s`. Safe entry: checks the CPU, then runs
+/// the kernel.
+pub(super) fn compress_one(s: &mut [u32; 8], blocks: &[[u8; BLOCK]]) {
+    assert!(supported());
+    // SAFETY: SHA, SSSE3 and SSE4.1 were detected on this CPU just above.
+    unsafe { compress_sha([s], [blocks]) }
+}
+
+/// The blocks of `N` messages (the same number each), every step done for
+/// each message in turn so that one message's dependent rounds overlap the
+/// others'. The sixteen 4-round steps of a block are written out (not a
+/// loop) so that the schedule's four words stay in registers: as a loop
+/// indexed `i % 4` they went through the stack, and the store-to-load
+/// latency in the schedule's chain made it, not the rounds, the critical
+/// path (docs/BENCHMARKS.md, session 15).
 #[target_feature(enable = "sha,sse2,ssse3,sse4.1")]
-fn compress_pair_sha(st: [&mut [u32; 8]; 2], data: [&[[u8; BLOCK]]; 2]) {
+fn compress_sha<const N: usize>(st: [&mut [u32; 8]; N], data: [&[[u8; BLOCK]]; N]) {
     // Big-endian words: a byte swap within each 32-bit lane.
     let bswap = _mm_set_epi64x(0x0c0d_0e0f_0809_0a0b, 0x0405_0607_0001_0203);
-    let mut s0 = [_mm_setzero_si128(); 2];
-    let mut s1 = [_mm_setzero_si128(); 2];
-    for l in 0..2 {
+    let mut s0 = [_mm_setzero_si128(); N];
+    let mut s1 = [_mm_setzero_si128(); N];
+    for l in 0..N {
         // SAFETY: two 16-byte loads inside the 32-byte state.
         let (dcba, hgfe) = unsafe {
             (
@@ -61,34 +84,48 @@ fn compress_pair_sha(st: [&mut [u32; 8]; 2], data: [&[[u8; BLOCK]]; 2]) {
         s0[l] = _mm_alignr_epi8::<8>(cdab, efgh); // ABEF
         s1[l] = _mm_blend_epi16::<0xF0>(efgh, cdab); // CDGH
     }
-    for (ba, bb) in data[0].iter().zip(data[1]) {
+    let blocks = data[0].len();
+    for b in 0..blocks {
         let (save0, save1) = (s0, s1);
-        let mut m = [[_mm_setzero_si128(); 4]; 2];
-        for (l, p) in [ba, bb].into_iter().enumerate() {
+        let mut m = [[_mm_setzero_si128(); 4]; N];
+        for ahead in data.iter().filter_map(|d| d.get(b + AHEAD)) {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.as_ptr().cast());
+        }
+        for l in 0..N {
             for (q, mq) in m[l].iter_mut().enumerate() {
-                // SAFETY: bytes 16q .. 16q + 16 of the 64-byte block (q < 4).
-                let w = unsafe { _mm_loadu_si128(p.as_ptr().add(16 * q).cast()) };
+                // SAFETY: bytes 16q .. 16q + 16 of the 64-byte block b
+                // (q < 4; every message has `blocks` blocks, checked by
+                // the callers).
+                let w = unsafe { _mm_loadu_si128(data[l][b].as_ptr().add(16 * q).cast()) };
                 *mq = _mm_shuffle_epi8(w, bswap);
             }
         }
-        for i in 0..16 {
-            // SAFETY: K[4i .. 4i + 4] (i < 16) inside the 64 constants.
-            let k = unsafe { _mm_loadu_si128(K.as_ptr().add(4 * i).cast()) };
-            for l in 0..2 {
-                let m = &mut m[l];
-                if i >= 4 {
-                    // W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16]
-                    // for the words 4i .. 4i + 4 (m[j % 4] holds 4j ..).
-                    let x = _mm_sha256msg1_epu32(m[i % 4], m[(i + 1) % 4]);
-                    let x = _mm_add_epi32(x, _mm_alignr_epi8::<4>(m[(i + 3) % 4], m[(i + 2) % 4]));
-                    m[i % 4] = _mm_sha256msg2_epu32(x, m[(i + 3) % 4]);
+        // Rounds 4i .. 4i + 4 of every message (i a literal: `m[i % 4]` a
+        // fixed register).
+        macro_rules! step {
+            ($($i:literal)*) => {$(
+                // SAFETY: K[4i .. 4i + 4] (i < 16) inside the 64 constants.
+                let k = unsafe { _mm_loadu_si128(K.as_ptr().add(4 * $i).cast()) };
+                for l in 0..N {
+                    let m = &mut m[l];
+                    if $i >= 4 {
+                        // W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16]
+                        // for the words 4i .. 4i + 4 (m[j % 4] holds 4j ..).
+                        let x = _mm_sha256msg1_epu32(m[$i % 4], m[($i + 1) % 4]);
+                        let x = _mm_add_epi32(
+                            x,
+                            _mm_alignr_epi8::<4>(m[($i + 3) % 4], m[($i + 2) % 4]),
+                        );
+                        m[$i % 4] = _mm_sha256msg2_epu32(x, m[($i + 3) % 4]);
+                    }
+                    let wk = _mm_add_epi32(m[$i % 4], k);
+                    s1[l] = _mm_sha256rnds2_epu32(s1[l], s0[l], wk);
+                    s0[l] = _mm_sha256rnds2_epu32(s0[l], s1[l], _mm_shuffle_epi32::<0x0E>(wk));
                 }
-                let wk = _mm_add_epi32(m[i % 4], k);
-                s1[l] = _mm_sha256rnds2_epu32(s1[l], s0[l], wk);
-                s0[l] = _mm_sha256rnds2_epu32(s0[l], s1[l], _mm_shuffle_epi32::<0x0E>(wk));
-            }
+            )*};
         }
-        for l in 0..2 {
+        step!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+        for l in 0..N {
             s0[l] = _mm_add_epi32(s0[l], save0[l]);
             s1[l] = _mm_add_epi32(s1[l], save1[l]);
         }
