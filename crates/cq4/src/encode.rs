@@ -26,9 +26,6 @@ use weights_file::panel_view::GROUP as GROUP_SIZE;
 /// Smallest stored row/group norm before fp16 rounding (the clamp).
 pub const NORM_FLOOR: f64 = 1e-8;
 
-/// Row blocks (of `MR` rows) that share one pass over the packed rotation.
-const RG_BLOCKS: usize = 4;
-
 /// Per-bundle state: the seed, the Hadamard parameters, and caches of
 /// codebooks (per dimension) and orthogonal rotations (per `Kp`).
 ///
@@ -846,9 +843,10 @@ impl PanelEncoder {
         let padded = codebook::padded_thresholds(mid);
         let mut fallbacks = 0u64;
         let (bpanels, _) = rot.packed.as_chunks::<NR>();
-        // Row groups of RG_BLOCKS tiles share each R panel while it is in L1.
-        for rb0 in (0..nrb).step_by(RG_BLOCKS) {
-            let rb1 = (rb0 + RG_BLOCKS).min(nrb);
+        // Row groups of a pass's tiles share each R panel while it is in L1.
+        let pass = simd::tiles_per_pass(self.isa);
+        for rb0 in (0..nrb).step_by(pass) {
+            let rb1 = (rb0 + pass).min(nrb);
             for (p, bpanel) in bpanels.chunks_exact(kp).enumerate() {
                 // The panel's NR columns are NR / 4 column quads of one group.
                 let j0 = p * NR;
@@ -893,14 +891,29 @@ impl PanelEncoder {
                         }
                     }
                 };
-                // Tiles in fours (the AVX-512 tier runs them in one pass).
+                // A full group in one pass, a partial one tile by tile.
                 let mut rb = rb0;
-                while rb + 4 <= rb1 {
-                    let a = std::array::from_fn(|t| &apack[(rb + t) * kp..(rb + t + 1) * kp]);
-                    for (t, tile) in simd::tiles::<4>(self.isa, a, bpanel).iter().enumerate() {
-                        decide(rb + t, tile);
+                let a = |i: usize| &apack[i * kp..(i + 1) * kp];
+                match rb1 - rb0 {
+                    4 => {
+                        let tiles =
+                            simd::tiles::<4>(self.isa, std::array::from_fn(|t| a(rb + t)), bpanel);
+                        tiles
+                            .iter()
+                            .enumerate()
+                            .for_each(|(t, tile)| decide(rb + t, tile));
+                        rb = rb1;
                     }
-                    rb += 4;
+                    3 => {
+                        let tiles =
+                            simd::tiles::<3>(self.isa, std::array::from_fn(|t| a(rb + t)), bpanel);
+                        tiles
+                            .iter()
+                            .enumerate()
+                            .for_each(|(t, tile)| decide(rb + t, tile));
+                        rb = rb1;
+                    }
+                    _ => {}
                 }
                 while rb < rb1 {
                     decide(
@@ -1213,6 +1226,11 @@ mod tests {
                                 i + 1
                             );
                         }
+                        // So are three (the AVX2 tier's pass).
+                        let three = simd::tiles::<3>(t, [&others[1], &apack, &others[0]], bpanel);
+                        assert_eq!(bits(&three[0]), bits(&four[2]), "{t:?} kp {kp} three 0");
+                        assert_eq!(bits(&three[1]), bits(&est), "{t:?} kp {kp} three 1");
+                        assert_eq!(bits(&three[2]), bits(&four[1]), "{t:?} kp {kp} three 2");
                         for (r, uf) in rb.iter().enumerate() {
                             for q in 0..NR {
                                 let j = p * NR + q;

@@ -62,6 +62,68 @@ fn tile_avx2(a: &[APack], b: &[BRow]) -> Tile {
     res
 }
 
+/// `N` tiles over one R panel: `[tile(a[0], b), .., tile(a[N-1], b)]` bit
+/// for bit. Safe entry: checks the CPU, then runs the kernel.
+pub(super) fn tiles<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
+    assert!(
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    );
+    // SAFETY: AVX2 and FMA were detected on this CPU just above.
+    unsafe { tiles_by_halves(a, b) }
+}
+
+/// `N` tiles side by side, a block of `KB` terms at a time, the panel's two
+/// halves of 8 columns in turn: `N * MR` accumulator chains of 8 lanes (12
+/// of the 16 registers for `N` = 3) against [`tile_avx2`]'s 8, whose FMA
+/// latency leaves no slack, and one load of R per `N * MR` FMAs. Each
+/// output's chain is [`tile_avx2`]'s: the block's FMAs in `k` order, the
+/// block sum converted to f64 and added in block order, so the bits are
+/// the same. The caller gives every `a[i]` the length of `b`, a multiple
+/// of `KB`.
+#[target_feature(enable = "avx2,fma")]
+fn tiles_by_halves<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
+    let mut out = [[[_mm256_setzero_pd(); NR / 4]; MR]; N];
+    let (bblocks, _) = b.as_chunks::<KB>();
+    let ablocks: [&[[APack; KB]]; N] = a.map(|x| x.as_chunks::<KB>().0);
+    for (blk, bb) in bblocks.iter().enumerate() {
+        let ab: [&[APack; KB]; N] = std::array::from_fn(|t| &ablocks[t][blk]);
+        for h in 0..2 {
+            let mut acc = [[_mm256_setzero_ps(); MR]; N];
+            for k in 0..KB {
+                // SAFETY: `bb[k]` is a `[f32; 16]` and h < 2: the 8-lane
+                // unaligned load reads its half h.
+                let bv = unsafe { _mm256_loadu_ps(bb[k].as_ptr().add(8 * h)) };
+                for (acc_t, a_t) in acc.iter_mut().zip(&ab) {
+                    let x = &a_t[k];
+                    for r in 0..MR {
+                        acc_t[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r]), bv, acc_t[r]);
+                    }
+                }
+            }
+            for (out_t, acc_t) in out.iter_mut().zip(&acc) {
+                for r in 0..MR {
+                    let v = acc_t[r];
+                    let lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+                    let hi = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v));
+                    out_t[r][2 * h] = _mm256_add_pd(out_t[r][2 * h], lo);
+                    out_t[r][2 * h + 1] = _mm256_add_pd(out_t[r][2 * h + 1], hi);
+                }
+            }
+        }
+    }
+    let mut res = [[[0.0f64; NR]; MR]; N];
+    for (res_t, out_t) in res.iter_mut().zip(&out) {
+        for r in 0..MR {
+            for (q, v) in out_t[r].iter().enumerate() {
+                // SAFETY: `res_t[r][4q .. 4q + 4]` is inside the `[f64; 16]`
+                // row (q < 4); unaligned store.
+                unsafe { _mm256_storeu_pd(res_t[r].as_mut_ptr().add(4 * q), *v) };
+            }
+        }
+    }
+    res
+}
+
 /// [`super::all_finite`] compiled with AVX2 (the portable scan, 8 lanes).
 pub(super) fn all_finite(values: &[f32]) -> bool {
     assert!(std::arch::is_x86_feature_detected!("avx2"));

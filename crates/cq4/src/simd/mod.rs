@@ -163,15 +163,31 @@ pub(crate) fn tile(isa: EncodeIsa, a: &[APack], b: &[BRow]) -> Tile {
 }
 
 /// `N` tiles over one R panel: `[tile(isa, a[0], b), .., tile(isa, a[N-1], b)]`,
-/// bit for bit. The AVX-512 tier runs them in one pass (one load of R per
-/// `4 N` FMAs; see `avx512::tile_n`); the others run them in turn.
+/// bit for bit. The AVX-512 and AVX2 tiers run them in one pass (one load
+/// of R per `4 N` FMAs; see `avx512::tile_n`, `avx2::tiles_by_halves`); the
+/// others run them in turn.
 #[inline]
 pub(crate) fn tiles<const N: usize>(isa: EncodeIsa, a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
     assert!(a.iter().all(|x| x.len() == b.len()) && b.len().is_multiple_of(KB));
     match isa {
         #[cfg(target_arch = "x86_64")]
         EncodeIsa::Avx512 if isa.supported() => avx512::tiles(a, b),
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx2 if isa.supported() => avx2::tiles(a, b),
         _ => a.map(|x| tile(isa, x, b)),
+    }
+}
+
+/// Tiles per pass over an R panel on `isa`, the `N` for [`tiles`]: as many
+/// accumulator chains as the registers hold (AVX-512: 4 tiles x 4 rows of
+/// 16 lanes = 16 of 32 registers; AVX2: 3 tiles x 4 rows of 8 lanes, a half
+/// panel at a time = 12 of 16 registers). 4 on the tiers that run tiles in
+/// turn (the row group that shares the panel in L1).
+pub(crate) fn tiles_per_pass(isa: EncodeIsa) -> usize {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx2 => 3,
+        _ => 4,
     }
 }
 
