@@ -12,8 +12,9 @@
 // inside the op, as llama.cpp does. ggml_graph_compute runs it on a
 // persistent ggml threadpool of n threads.
 //
-// Measured as in gemv.rs: the best pass (warm-up, then at least 3 passes,
-// until 1.5 s (0.3 s with --quick) or 200 passes) in GB/s of weight bytes.
+// Measured as in gemv.rs: the best pass (warm-up, then at least 3 passes
+// and at least MIN_WINDOW s, until 1.5 s (0.3 s with --quick) or 200
+// passes) in GB/s of weight bytes.
 // Hot: the same W over and over. Cold: one pass computes, in turn, the
 // graphs of enough distinct copies of W to exceed COLD_BYTES. The read
 // bandwidth (best f32 sum over COLD_BYTES with n threads, 0.6 s / 0.2 s
@@ -153,11 +154,16 @@ static void bw_pass(int threads) {
 // --- timing -------------------------------------------------------------------
 typedef void (*pass_fn)(void *ctx);
 
+// The least time a cell is measured over (gemv.rs's MIN_WINDOW): 200 hot
+// 2048x2048 passes were a 10 ms window, which on a 2-vCPU guest sometimes
+// ran every pass at the one-thread rate.
+#define MIN_WINDOW 0.25
+
 static double best_rate_clock(double units, double budget, pass_fn f, void *ctx, double (*clk)(void)) {
     f(ctx);  // warm-up
     double start = now_s(), best = 0;
     int n = 0;
-    while (n < 3 || (now_s() - start < budget && n < 200)) {
+    while (n < 3 || now_s() - start < MIN_WINDOW || (now_s() - start < budget && n < 200)) {
         double t = clk();
         f(ctx);
         double r = units / (clk() - t) / 1e9;

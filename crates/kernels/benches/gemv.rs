@@ -56,6 +56,13 @@ use weights_file::panel::{PanelGeometry, RotationRegions};
 /// 480 MiB; this is over 3x that).
 const COLD_BYTES: usize = 1536 << 20;
 
+/// The least time a cell is measured over, whatever its pass count: a hot
+/// 2048x2048 pass takes ~50 us, so 200 passes were a 10 ms window, and on
+/// this 2-vCPU guest a window that short sometimes ran every pass at the
+/// one-thread rate (2-thread cells at exactly their 1-thread GB/s, in ours
+/// and ggml's alike; docs/BENCHMARKS.md, session 15).
+const MIN_WINDOW: Duration = Duration::from_millis(250);
+
 fn quick() -> bool {
     std::env::var_os("GEMV_BENCH_QUICK").is_some()
 }
@@ -152,7 +159,10 @@ fn measure_for(bytes: usize, budget: Duration, pass: &mut dyn FnMut()) -> f64 {
     pass(); // warm-up (page faults, caches)
     let start = Instant::now();
     let mut rates = Vec::new();
-    while rates.len() < 3 || (start.elapsed() < budget && rates.len() < 200) {
+    while rates.len() < 3
+        || start.elapsed() < MIN_WINDOW
+        || (start.elapsed() < budget && rates.len() < 200)
+    {
         let t = Instant::now();
         pass();
         rates.push(bytes as f64 / t.elapsed().as_secs_f64() / 1e9);
@@ -181,7 +191,7 @@ fn measure_cpu(bytes: usize, budget: Duration, pass: &mut dyn FnMut()) -> f64 {
     let start = Instant::now();
     let mut best = 0f64;
     let mut n = 0;
-    while n < 3 || (start.elapsed() < budget && n < 200) {
+    while n < 3 || start.elapsed() < MIN_WINDOW || (start.elapsed() < budget && n < 200) {
         let t = thread_cpu_seconds();
         pass();
         best = best.max(bytes as f64 / (thread_cpu_seconds() - t) / 1e9);
