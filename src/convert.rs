@@ -440,6 +440,7 @@ fn write_portion(
             out: dir,
             estimate: estimate.as_ref(),
             hash_source: hashed.is_none(),
+            checked: check,
         };
         let mut done: Vec<Job> = order
             .par_iter()

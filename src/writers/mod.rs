@@ -28,6 +28,12 @@ pub struct Ctx<'a> {
     /// (their entry's `source_sha256`): beside the hash of what they write,
     /// two messages at a time. Otherwise the caller has the hashes.
     pub hash_source: bool,
+    /// Whether each file's self-check follows its job (the default; not
+    /// with `--no-verify`). A sidecar of moved blocks is checked against
+    /// its source tensor, so its writer keeps the tensor's pages mapped for
+    /// the check instead of releasing them as it goes (the check would
+    /// fault them back in; the caller releases them after the check).
+    pub checked: bool,
 }
 
 /// Jobs that, with [`Ctx::hash_source`], hash their source tensor as they

@@ -178,8 +178,11 @@ pub fn write(
                     h,
                 )
                 .with_context(|| ctx.at(job))?;
-                // Copied: its mapped pages leave the resident set.
-                ctx.cat.release(t, at, at + chunk.len() as u64);
+                // Copied: its mapped pages leave the resident set (unless
+                // the self-check, which reads them again, follows).
+                if !ctx.checked {
+                    ctx.cat.release(t, at, at + chunk.len() as u64);
+                }
                 at += chunk.len() as u64;
             }
         }
