@@ -893,26 +893,9 @@ impl PanelEncoder {
                 };
                 // A full group in one pass, a partial one tile by tile.
                 let mut rb = rb0;
-                let a = |i: usize| &apack[i * kp..(i + 1) * kp];
                 match rb1 - rb0 {
-                    4 => {
-                        let tiles =
-                            simd::tiles::<4>(self.isa, std::array::from_fn(|t| a(rb + t)), bpanel);
-                        tiles
-                            .iter()
-                            .enumerate()
-                            .for_each(|(t, tile)| decide(rb + t, tile));
-                        rb = rb1;
-                    }
-                    3 => {
-                        let tiles =
-                            simd::tiles::<3>(self.isa, std::array::from_fn(|t| a(rb + t)), bpanel);
-                        tiles
-                            .iter()
-                            .enumerate()
-                            .for_each(|(t, tile)| decide(rb + t, tile));
-                        rb = rb1;
-                    }
+                    4 => rb = pass_tiles::<4>(self.isa, apack, kp, rb0, bpanel, &mut decide),
+                    3 => rb = pass_tiles::<3>(self.isa, apack, kp, rb0, bpanel, &mut decide),
                     _ => {}
                 }
                 while rb < rb1 {
@@ -1131,6 +1114,24 @@ impl PanelEncoder {
         decode_rows(&self.decoder, panels, norms, nrows, out);
         Ok(())
     }
+}
+
+/// Tiles `rb .. rb + N` of packed rows `apack` (`kp` entries per tile) over
+/// one R panel in one pass of `isa` ([`simd::tiles`]), each handed to
+/// `decide` with its index; returns `rb + N`.
+fn pass_tiles<const N: usize>(
+    isa: EncodeIsa,
+    apack: &[APack],
+    kp: usize,
+    rb: usize,
+    bpanel: &[simd::BRow],
+    decide: &mut impl FnMut(usize, &simd::Tile),
+) -> usize {
+    let a = std::array::from_fn(|t| &apack[(rb + t) * kp..(rb + t + 1) * kp]);
+    for (t, tile) in simd::tiles::<N>(isa, a, bpanel).iter().enumerate() {
+        decide(rb + t, tile);
+    }
+    rb + N
 }
 
 /// For an estimate `est` within `e` of the exact value: its index
