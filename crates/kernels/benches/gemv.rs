@@ -156,18 +156,8 @@ fn measure(bytes: usize, mut pass: impl FnMut()) -> f64 {
 }
 
 fn measure_for(bytes: usize, budget: Duration, pass: &mut dyn FnMut()) -> f64 {
-    pass(); // warm-up (page faults, caches)
     let start = Instant::now();
-    let mut rates = Vec::new();
-    while rates.len() < 3
-        || start.elapsed() < MIN_WINDOW
-        || (start.elapsed() < budget && rates.len() < 200)
-    {
-        let t = Instant::now();
-        pass();
-        rates.push(bytes as f64 / t.elapsed().as_secs_f64() / 1e9);
-    }
-    rates.into_iter().fold(0.0, f64::max)
+    best_rate(bytes, budget, pass, &|| start.elapsed().as_secs_f64())
 }
 
 /// CPU seconds this thread has run (`CLOCK_THREAD_CPUTIME_ID`): time spent
@@ -187,14 +177,26 @@ fn thread_cpu_seconds() -> f64 {
 /// passes on a shared machine: a pass preempted by other processes is not
 /// charged for the wait; cache and memory interference still count).
 fn measure_cpu(bytes: usize, budget: Duration, pass: &mut dyn FnMut()) -> f64 {
+    best_rate(bytes, budget, pass, &thread_cpu_seconds)
+}
+
+/// The best GB/s of `pass` (which streams `bytes`) with each pass timed by
+/// `clock` (seconds): a warm-up (page faults, caches), then at least 3
+/// passes and [`MIN_WINDOW`] of wall time, until `budget` or 200 passes.
+fn best_rate(
+    bytes: usize,
+    budget: Duration,
+    pass: &mut dyn FnMut(),
+    clock: &dyn Fn() -> f64,
+) -> f64 {
     pass();
     let start = Instant::now();
     let mut best = 0f64;
     let mut n = 0;
     while n < 3 || start.elapsed() < MIN_WINDOW || (start.elapsed() < budget && n < 200) {
-        let t = thread_cpu_seconds();
+        let t = clock();
         pass();
-        best = best.max(bytes as f64 / (thread_cpu_seconds() - t) / 1e9);
+        best = best.max(bytes as f64 / (clock() - t) / 1e9);
         n += 1;
     }
     best
