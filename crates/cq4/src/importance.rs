@@ -25,6 +25,8 @@
 
 use std::fmt;
 
+use rayon::prelude::*;
+
 /// A tensor the estimate reads, by its place in the decoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Part {
@@ -166,6 +168,9 @@ fn normed(gamma: &[f32], r: &[f64]) -> Vec<f64> {
         .collect()
 }
 
+/// Blocks of [`crate::simd::ENERGY_ROWS`] rows per rayon task.
+const PAR_ENERGY_BLOCKS: usize = 16;
+
 /// Row energies `out_i = sum_k W[i][k]² x_k` (sequential in `k`,
 /// `w = f64(W[i][k])`, `(w * w) * x_k`), appended per streamed row.
 struct RowEnergies<'x> {
@@ -184,16 +189,26 @@ impl RowEnergies<'_> {
         // lanes): independent chains, each still its row's sum in `k`
         // order (one chain alone waits on each add). The last block's
         // missing rows repeat its first row and their sums are dropped.
+        // The blocks are independent: they run on rayon's threads, and
+        // their sums are put back in row order.
         const E: usize = crate::simd::ENERGY_ROWS;
         let isa = crate::simd::EncodeIsa::best();
-        for block in rows.chunks(E * k) {
+        let x = self.x;
+        let block = |block: &[f32]| {
             let m = block.len() / k;
             let r: [&[f32]; E] = std::array::from_fn(|i| {
                 let i = if i < m { i } else { 0 };
                 &block[i * k..(i + 1) * k]
             });
-            self.out
-                .extend_from_slice(&crate::simd::row_energies(isa, &r, self.x)[..m]);
+            (m, crate::simd::row_energies(isa, &r, x))
+        };
+        let sums: Vec<(usize, [f64; E])> = rows
+            .par_chunks(E * k)
+            .with_min_len(PAR_ENERGY_BLOCKS)
+            .map(block)
+            .collect();
+        for (m, e) in &sums {
+            self.out.extend_from_slice(&e[..*m]);
         }
     }
 }
@@ -284,7 +299,7 @@ pub fn estimate<S: Source>(
             return;
         }
         // Row after row, each column's sum in row order (every tier alike).
-        crate::simd::column_squares(crate::simd::EncodeIsa::best(), &mut sums, rows);
+        crate::simd::par_column_squares(crate::simd::EncodeIsa::best(), &mut sums, rows);
         vocab += rows.len() / h;
     })?;
     let (v_rows, hidden) = match dims {

@@ -163,15 +163,15 @@ fn gather_batch_avx2(src: [&[f32]; LANES], x: &mut Batch) {
 
 /// [`super::column_squares`] compiled with AVX2 (the portable body, 4 f64
 /// lanes per register; the same operations column by column).
-pub(super) fn column_squares(sums: &mut [f64], rows: &[f32]) {
+pub(super) fn column_squares(sums: &mut [f64], rows: &[f32], k: usize, c0: usize) {
     assert!(std::arch::is_x86_feature_detected!("avx2"));
     // SAFETY: AVX2 was detected on this CPU just above.
-    unsafe { column_squares_avx2(sums, rows) }
+    unsafe { column_squares_avx2(sums, rows, k, c0) }
 }
 
 #[target_feature(enable = "avx2")]
-fn column_squares_avx2(sums: &mut [f64], rows: &[f32]) {
-    super::portable_column_squares(sums, rows)
+fn column_squares_avx2(sums: &mut [f64], rows: &[f32], k: usize, c0: usize) {
+    super::portable_column_squares(sums, rows, k, c0)
 }
 
 /// The Hadamard batch quantizer compiled with AVX2 (the portable body,

@@ -385,52 +385,97 @@ pub(crate) fn scalar_gather_batch(src: [&[f32]; LANES], x: &mut Batch) {
 /// instruction (no fused multiply-add: Rust never contracts).
 #[inline]
 pub(crate) fn column_squares(isa: EncodeIsa, sums: &mut [f64], rows: &[f32]) {
+    column_squares_of(isa, sums, rows, sums.len(), 0);
+}
+
+/// [`column_squares`] of the columns `c0 .. c0 + sums.len()` of rows of
+/// `k` values (`sums[c]` is column `c0 + c`; a partial row at the end is
+/// ignored): the same additions in the same order as the whole rows give
+/// those columns, since every column's sum is its own chain.
+#[inline]
+pub(crate) fn column_squares_of(
+    isa: EncodeIsa,
+    sums: &mut [f64],
+    rows: &[f32],
+    k: usize,
+    c0: usize,
+) {
+    assert!(c0 + sums.len() <= k, "columns outside the row");
     match isa {
         #[cfg(target_arch = "x86_64")]
-        EncodeIsa::Avx2 | EncodeIsa::Avx512 if isa.supported() => avx2::column_squares(sums, rows),
+        EncodeIsa::Avx2 | EncodeIsa::Avx512 if isa.supported() => {
+            avx2::column_squares(sums, rows, k, c0)
+        }
         // Advanced SIMD is the aarch64 baseline: the portable body as built.
         #[cfg(target_arch = "aarch64")]
-        EncodeIsa::Neon if isa.supported() => portable_column_squares(sums, rows),
-        _ => scalar_column_squares(sums, rows),
+        EncodeIsa::Neon if isa.supported() => portable_column_squares(sums, rows, k, c0),
+        _ => scalar_column_squares_of(sums, rows, k, c0),
     }
+}
+
+/// Values per thread below which [`par_column_squares`] stays on one.
+const PAR_COLUMN_VALUES: usize = 1 << 16;
+
+/// [`column_squares`] with the columns split among rayon's threads (one
+/// band per thread, a multiple of 16 columns so no cache line of f32 is
+/// read by two): bit for bit the same sums, each column's chain still its
+/// rows in order on one thread.
+pub(crate) fn par_column_squares(isa: EncodeIsa, sums: &mut [f64], rows: &[f32]) {
+    let k = sums.len();
+    let threads = rayon::current_num_threads();
+    if threads < 2 || k < 16 || rows.len() < threads * PAR_COLUMN_VALUES {
+        return column_squares(isa, sums, rows);
+    }
+    let band = k.div_ceil(threads).next_multiple_of(16);
+    use rayon::prelude::*;
+    sums.par_chunks_mut(band)
+        .enumerate()
+        .for_each(|(i, part)| column_squares_of(isa, part, rows, k, i * band));
 }
 
 /// Rows per pass of [`portable_column_squares`]: each column's sum stays in
 /// a register across them.
 const COLUMN_ROWS: usize = 8;
 
-/// The body of [`column_squares`], compiled once per tier: rows in groups
-/// of [`COLUMN_ROWS`], each column's running sum kept across the group
-/// (the same additions in the same order as one row at a time).
+/// The body of [`column_squares_of`], compiled once per tier: rows in
+/// groups of [`COLUMN_ROWS`], each column's running sum kept across the
+/// group (the same additions in the same order as one row at a time).
 #[inline(always)]
-pub(crate) fn portable_column_squares(sums: &mut [f64], rows: &[f32]) {
-    let k = sums.len();
-    if k == 0 {
+pub(crate) fn portable_column_squares(sums: &mut [f64], rows: &[f32], k: usize, c0: usize) {
+    if k == 0 || sums.is_empty() {
         return;
     }
     let whole = rows.len() / k * k;
     let mut groups = rows[..whole].chunks_exact(COLUMN_ROWS * k);
     for g in &mut groups {
+        let cols: [&[f32]; COLUMN_ROWS] =
+            std::array::from_fn(|r| &g[r * k + c0..r * k + c0 + sums.len()]);
         for (c, s) in sums.iter_mut().enumerate() {
             let mut acc = *s;
-            for r in 0..COLUMN_ROWS {
-                let x = g[r * k + c] as f64;
+            for col in &cols {
+                let x = col[c] as f64;
                 acc += x * x;
             }
             *s = acc;
         }
     }
-    scalar_column_squares(sums, groups.remainder());
+    scalar_column_squares_of(sums, groups.remainder(), k, c0);
 }
 
 /// The reference of [`column_squares`]: one row at a time.
+#[cfg(test)]
 pub(crate) fn scalar_column_squares(sums: &mut [f64], rows: &[f32]) {
-    let k = sums.len();
+    scalar_column_squares_of(sums, rows, sums.len(), 0);
+}
+
+/// [`scalar_column_squares`] of columns `c0 .. c0 + sums.len()` of rows of
+/// `k` values.
+fn scalar_column_squares_of(sums: &mut [f64], rows: &[f32], k: usize, c0: usize) {
     if k == 0 {
         return;
     }
     for row in rows.chunks_exact(k) {
-        for (s, &x) in sums.iter_mut().zip(row) {
+        for (s, &x) in sums.iter_mut().zip(&row[c0..]) {
             let x = x as f64;
             *s += x * x;
         }
@@ -714,7 +759,47 @@ mod tests {
                         same_bits(&got, &want),
                         "{isa:?} k {k} rows {nrows}: {got:?} != {want:?}"
                     );
+                    // A band of columns alone gives those columns' sums.
+                    for (c0, w) in [(0, k / 2), (k / 3, k - k / 3), (k - 1, 1), (k / 2, k / 4)] {
+                        let mut band = start[c0..c0 + w].to_vec();
+                        column_squares_of(isa, &mut band, &rows, k, c0);
+                        assert!(
+                            same_bits(&band, &want[c0..c0 + w]),
+                            "{isa:?} k {k} rows {nrows} band {c0}+{w}"
+                        );
+                    }
                 }
+            }
+        }
+    }
+
+    /// The column sums split among threads equal the one-thread reference
+    /// bit for bit, on every tier, for widths that split evenly, unevenly
+    /// and into fewer bands than threads.
+    #[test]
+    fn column_squares_on_several_threads_equal_the_scalar_sums() {
+        let mut rng = SplitMix64::new(78);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for k in [16usize, 40, 640, 650] {
+            // Enough values for the split (a partial row at the end).
+            let nrows = 3 * PAR_COLUMN_VALUES / k + 5;
+            let mut g = vec![0f64; nrows * k + 1];
+            fill_gaussian(&mut rng, &mut g);
+            let rows: Vec<f32> = g
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| (x * 10f64.powi((i % 11) as i32 - 5)) as f32)
+                .collect();
+            let start: Vec<f64> = (0..k).map(|c| c as f64 * 0.11).collect();
+            let mut want = start.clone();
+            scalar_column_squares(&mut want, &rows);
+            for isa in EncodeIsa::available() {
+                let mut got = start.clone();
+                pool.install(|| par_column_squares(isa, &mut got, &rows));
+                assert!(same_bits(&got, &want), "{isa:?} k {k}");
             }
         }
     }
