@@ -332,8 +332,18 @@ fn importance_estimate(
     if !estimate_wanted(plan, portion, opts) {
         return Ok(None);
     }
+    // Every CQ4 matrix that may take input scales from the estimate gets
+    // its AWQ column sums from the estimate's read of it.
+    let sums_wanted = portion
+        .jobs
+        .iter()
+        .map(|&i| &plan.jobs[i])
+        .filter(|j| matches!(j.action, Action::Panels { .. }) && j.imatrix.is_none())
+        .filter(|j| j.transform.unpermute_heads.is_none())
+        .map(|j| (j.tensor.name.clone(), j.transform.values))
+        .collect();
     let t0 = Instant::now();
-    match crate::importance::estimate(cat, opts.dtype)? {
+    match crate::importance::estimate(cat, opts.dtype, &sums_wanted)? {
         Ok(e) => {
             if !quiet {
                 eprintln!(

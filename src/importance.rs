@@ -10,19 +10,33 @@ use anyhow::Result;
 use ggml_quants::TorchDtype;
 use model_sources::{Catalogue, SourceKind, Tensor};
 
-use crate::materialize::{self, Transform};
+use crate::materialize::{self, Affine, Transform};
 use cq4::importance::{Part, Shape, Source};
 
 /// Each matrix's estimated input importance (`K` values), by tensor name.
 #[derive(Debug, Default)]
 pub struct Estimate {
     by_name: HashMap<String, Vec<f32>>,
+    /// AWQ column sums made while the estimate read a matrix: by tensor
+    /// name, the value map they were made under and the sums.
+    column_sums: HashMap<String, (Affine, cq4::awq::ColumnSums)>,
 }
 
 impl Estimate {
     /// The importance of tensor `name`'s input columns, if estimated.
     pub fn get(&self, name: &str) -> Option<&[f32]> {
         self.by_name.get(name).map(Vec::as_slice)
+    }
+
+    /// Tensor `name`'s AWQ column sums (§CQ4.16) of its values under
+    /// `tf`, if the estimate made them while it read the tensor: the same
+    /// sums, bit for bit, as a pass of [`cq4::awq::ColumnSums`] over the
+    /// tensor's rows under `tf` (the same values, rows in the same order).
+    pub fn column_sums(&self, name: &str, tf: &Transform) -> Option<&cq4::awq::ColumnSums> {
+        match self.column_sums.get(name) {
+            Some((a, sums)) if tf.unpermute_heads.is_none() && *a == tf.values => Some(sums),
+            _ => None,
+        }
     }
 
     /// Matrices with an estimate.
@@ -51,10 +65,19 @@ struct Model<'c> {
     dtype: TorchDtype,
     arch: String,
     index: HashMap<&'c str, &'c Tensor>,
+    /// Matrices whose AWQ column sums are made while they are read, under
+    /// this value map, by tensor name.
+    sums_wanted: &'c HashMap<String, Affine>,
+    /// Those sums.
+    column_sums: HashMap<String, (Affine, cq4::awq::ColumnSums)>,
 }
 
 impl<'c> Model<'c> {
-    fn new(cat: &'c Catalogue, dtype: TorchDtype) -> Self {
+    fn new(
+        cat: &'c Catalogue,
+        dtype: TorchDtype,
+        sums_wanted: &'c HashMap<String, Affine>,
+    ) -> Self {
         let arch = gguf_architecture(cat.architecture.as_deref().unwrap_or("")).to_string();
         let index = cat.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
         Model {
@@ -62,6 +85,8 @@ impl<'c> Model<'c> {
             dtype,
             arch,
             index,
+            sums_wanted,
+            column_sums: HashMap::new(),
         }
     }
 
@@ -132,10 +157,26 @@ impl Source for Model<'_> {
             return Ok(None);
         }
         let k = t.ncols() as usize;
+        // The matrix's AWQ column sums from the same rows while they are in
+        // cache (its conversion then skips its own pass over the source).
+        let mut awq = self
+            .sums_wanted
+            .get(&t.name)
+            .map(|&a| (a, cq4::awq::ColumnSums::new(k)));
         materialize::rows(self.cat, t, self.dtype, 1, Transform::NONE, |_, rows| {
             each(rows, k);
+            if let Some((a, sums)) = &mut awq {
+                if a.is_identity() {
+                    sums.add_rows(rows);
+                } else {
+                    sums.add_rows_mapped(rows, |src, out| a.map_into(src, out));
+                }
+            }
             Ok(())
         })?;
+        if let Some(s) = awq {
+            self.column_sums.insert(t.name.clone(), s);
+        }
         Ok(Some((t.nrows() as usize, k)))
     }
 }
@@ -150,8 +191,16 @@ fn count(cfg: &serde_json::Value, key: &str) -> Option<usize> {
 
 /// Make the estimate. `Ok(Err(why))` when the model has no decoder the
 /// estimate understands (the conversion then goes on without it).
-pub fn estimate(cat: &Catalogue, dtype: TorchDtype) -> Result<Result<Estimate, String>> {
-    let mut model = Model::new(cat, dtype);
+///
+/// `sums_wanted`: matrices (by tensor name, with the value map of their
+/// conversion) whose AWQ column sums are made from the same reads; see
+/// [`Estimate::column_sums`].
+pub fn estimate(
+    cat: &Catalogue,
+    dtype: TorchDtype,
+    sums_wanted: &HashMap<String, Affine>,
+) -> Result<Result<Estimate, String>> {
+    let mut model = Model::new(cat, dtype, sums_wanted);
     let cfg = crate::engine::config::hf_config(cat);
     let Some(n_head) = count(&cfg, "num_attention_heads") else {
         return Ok(Err("the model's head count is not known".into()));
@@ -212,5 +261,8 @@ pub fn estimate(cat: &Catalogue, dtype: TorchDtype) -> Result<Result<Estimate, S
     } else if cat.tied_embeddings {
         put("token_embd.weight".into(), &imp.output);
     }
-    Ok(Ok(Estimate { by_name }))
+    Ok(Ok(Estimate {
+        by_name,
+        column_sums: model.column_sums,
+    }))
 }

@@ -21,22 +21,34 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
     if let Some((importance, from)) = super::importance(ctx, job) {
         // AWQ input scales need every row's column sums first: one more
         // pass over the source.
-        let mut sums = cq4::awq::ColumnSums::new(k);
-        materialize::rows_deferred(
-            ctx.cat,
-            t,
-            ctx.opts.dtype,
-            SB,
-            job.transform,
-            |_, values, affine| {
-                if affine.is_identity() {
-                    sums.add_rows(values);
-                } else {
-                    sums.add_rows_mapped(values, |src, out| affine.map_into(src, out));
-                }
-                Ok(())
-            },
-        )?;
+        // (Made by the estimate when it read this tensor under the same
+        // transform: the same sums.)
+        let made = ctx
+            .estimate
+            .and_then(|e| e.column_sums(&t.name, &job.transform));
+        let mut own = None;
+        let sums = match made {
+            Some(s) => s,
+            None => {
+                let mut sums = cq4::awq::ColumnSums::new(k);
+                materialize::rows_deferred(
+                    ctx.cat,
+                    t,
+                    ctx.opts.dtype,
+                    SB,
+                    job.transform,
+                    |_, values, affine| {
+                        if affine.is_identity() {
+                            sums.add_rows(values);
+                        } else {
+                            sums.add_rows_mapped(values, |src, out| affine.map_into(src, out));
+                        }
+                        Ok(())
+                    },
+                )?;
+                own.insert(sums)
+            }
+        };
         let exps = cq4::awq::input_exponents(sums.sums(), importance);
         scaled_columns = Some((
             exps.iter().filter(|&&e| e != 0).count(),

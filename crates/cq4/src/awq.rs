@@ -41,34 +41,43 @@ impl ColumnSums {
     }
 
     /// Add whole rows (`rows.len()` a multiple of `k`; a partial row at the
-    /// end is ignored).
+    /// end is ignored). Columns in bands on rayon's threads: the same
+    /// additions in the same order.
     pub fn add_rows(&mut self, rows: &[f32]) {
         // The same additions in the same order on every tier.
-        crate::simd::column_squares(crate::simd::EncodeIsa::best(), &mut self.sums, rows);
+        crate::simd::par_column_squares(crate::simd::EncodeIsa::best(), &mut self.sums, rows);
     }
 
     /// [`ColumnSums::add_rows`] of the rows that `map` makes of `rows`:
-    /// `map(src, out)` appends to `out` one value per value of `src` (e.g. an
-    /// engine's affine transform); it is called on a few rows at a time, so
-    /// the mapped rows stay in cache. The same sums as mapping every row
+    /// `map(src, out)` appends to `out` one value per value of `src` (an
+    /// engine's affine transform: value by value); it is called on a part of
+    /// a row at a time, a few rows' worth before they are summed, so the
+    /// mapped values stay in cache. The same sums as mapping every row
     /// first. Panics if `map` appends a different number of values.
-    pub fn add_rows_mapped(&mut self, rows: &[f32], map: impl Fn(&[f32], &mut Vec<f32>)) {
+    pub fn add_rows_mapped(&mut self, rows: &[f32], map: impl Fn(&[f32], &mut Vec<f32>) + Sync) {
         let k = self.sums.len();
         if k == 0 {
             return;
         }
         let whole = &rows[..rows.len() / k * k];
-        let mut buf = Vec::with_capacity(MAPPED_ROWS * k);
-        for part in whole.chunks(MAPPED_ROWS * k) {
-            buf.clear();
-            map(part, &mut buf);
-            assert_eq!(
-                buf.len(),
-                part.len(),
-                "the map changed the number of values"
-            );
-            self.add_rows(&buf);
-        }
+        let n = whole.len() / k;
+        let isa = crate::simd::EncodeIsa::best();
+        crate::simd::par_column_bands(&mut self.sums, whole.len(), |c0, band| {
+            let w = band.len();
+            let mut buf = Vec::with_capacity(MAPPED_ROWS * w);
+            for r0 in (0..n).step_by(MAPPED_ROWS) {
+                buf.clear();
+                for r in r0..(r0 + MAPPED_ROWS).min(n) {
+                    map(&whole[r * k + c0..r * k + c0 + w], &mut buf);
+                }
+                assert_eq!(
+                    buf.len(),
+                    ((r0 + MAPPED_ROWS).min(n) - r0) * w,
+                    "the map changed the number of values"
+                );
+                crate::simd::column_squares_of(isa, band, &buf, w, 0);
+            }
+        });
     }
 
     /// The sums.
@@ -122,6 +131,41 @@ mod tests {
         assert_eq!(exponent(0.75), 0);
         assert_eq!(exponent(8.0), 4);
         assert_eq!(exponent(f64::MIN_POSITIVE), -1021);
+    }
+
+    /// Mapped sums, columns in bands on three threads, equal mapping every
+    /// row first and summing one row at a time in plain f64, bit for bit
+    /// (widths that split evenly, unevenly, and too few rows to split).
+    #[test]
+    fn mapped_sums_on_several_threads_are_the_plain_sums() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let mut rng = crate::rng::SplitMix64::new(5);
+        for (k, n) in [(640usize, 400usize), (650, 333), (48, 5000), (640, 3)] {
+            let mut g = vec![0f64; k * n + 7];
+            crate::rng::fill_gaussian(&mut rng, &mut g);
+            let rows: Vec<f32> = g
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| (x * 10f64.powi((i % 9) as i32 - 4)) as f32)
+                .collect();
+            let map = |x: f32| (x + 0.25) * 0.0625 - 1.0;
+            let mut want = vec![0f64; k];
+            for row in rows.chunks_exact(k) {
+                for (s, &x) in want.iter_mut().zip(row) {
+                    let v = map(x) as f64;
+                    *s += v * v;
+                }
+            }
+            let mut got = ColumnSums::new(k);
+            pool.install(|| {
+                got.add_rows_mapped(&rows, |src, out| out.extend(src.iter().map(|&x| map(x))))
+            });
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(got.sums()), bits(&want), "k {k} rows {n}");
+        }
     }
 
     #[test]

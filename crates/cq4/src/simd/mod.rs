@@ -384,6 +384,7 @@ pub(crate) fn scalar_gather_batch(src: [&[f32]; LANES], x: &mut Batch) {
 /// columns are independent, so the x86 tiers only run more of them per
 /// instruction (no fused multiply-add: Rust never contracts).
 #[inline]
+#[cfg(test)]
 pub(crate) fn column_squares(isa: EncodeIsa, sums: &mut [f64], rows: &[f32]) {
     column_squares_of(isa, sums, rows, sums.len(), 0);
 }
@@ -416,26 +417,43 @@ pub(crate) fn column_squares_of(
 /// Values per thread below which [`par_column_squares`] stays on one.
 const PAR_COLUMN_VALUES: usize = 1 << 16;
 
-/// [`column_squares`] with the columns split among rayon's threads (one
-/// band per thread, a multiple of 16 columns so no cache line of f32 is
-/// read by two): bit for bit the same sums, each column's chain still its
-/// rows in order on one thread.
+/// [`column_squares`] with the columns split among rayon's threads: bit for
+/// bit the same sums, each column's chain still its rows in order on one
+/// thread ([`par_column_bands`]).
 pub(crate) fn par_column_squares(isa: EncodeIsa, sums: &mut [f64], rows: &[f32]) {
     let k = sums.len();
+    par_column_bands(sums, rows.len(), |c0, band| {
+        column_squares_of(isa, band, rows, k, c0)
+    });
+}
+
+/// `f(c0, band)` for bands of `sums` (columns `c0 .. c0 + band.len()`),
+/// one band per rayon thread, each a multiple of 16 columns so no cache
+/// line of f32 values is read by two; the whole of `sums` as one band when
+/// `values` (the rows' values) are too few to share.
+pub(crate) fn par_column_bands(
+    sums: &mut [f64],
+    values: usize,
+    f: impl Fn(usize, &mut [f64]) + Sync,
+) {
+    let k = sums.len();
     let threads = rayon::current_num_threads();
-    if threads < 2 || k < 16 || rows.len() < threads * PAR_COLUMN_VALUES {
-        return column_squares(isa, sums, rows);
+    if threads < 2 || k < 32 || values < threads * PAR_COLUMN_VALUES {
+        return f(0, sums);
     }
     let band = k.div_ceil(threads).next_multiple_of(16);
     use rayon::prelude::*;
     sums.par_chunks_mut(band)
         .enumerate()
-        .for_each(|(i, part)| column_squares_of(isa, part, rows, k, i * band));
+        .for_each(|(i, part)| f(i * band, part));
 }
 
 /// Rows per pass of [`portable_column_squares`]: each column's sum stays in
 /// a register across them.
 const COLUMN_ROWS: usize = 8;
+
+/// Columns per strip of [`portable_column_squares`].
+const COLUMN_LANES: usize = 16;
 
 /// The body of [`column_squares_of`], compiled once per tier: rows in
 /// groups of [`COLUMN_ROWS`], each column's running sum kept across the
@@ -450,10 +468,28 @@ pub(crate) fn portable_column_squares(sums: &mut [f64], rows: &[f32], k: usize, 
     for g in &mut groups {
         let cols: [&[f32]; COLUMN_ROWS] =
             std::array::from_fn(|r| &g[r * k + c0..r * k + c0 + sums.len()]);
-        for (c, s) in sums.iter_mut().enumerate() {
+        // COLUMN_LANES columns side by side: that many independent chains
+        // (one column's chain alone waits on each add).
+        let done = sums.len() / COLUMN_LANES * COLUMN_LANES;
+        let mut strips = sums.chunks_exact_mut(COLUMN_LANES);
+        for (i, strip) in (&mut strips).enumerate() {
+            let strip: &mut [f64; COLUMN_LANES] = strip.try_into().expect("a whole strip");
+            let mut acc = *strip;
+            for col in &cols {
+                let x: &[f32; COLUMN_LANES] = col[i * COLUMN_LANES..(i + 1) * COLUMN_LANES]
+                    .try_into()
+                    .expect("a whole strip");
+                for (a, &x) in acc.iter_mut().zip(x) {
+                    let x = x as f64;
+                    *a += x * x;
+                }
+            }
+            *strip = acc;
+        }
+        for (c, s) in strips.into_remainder().iter_mut().enumerate() {
             let mut acc = *s;
             for col in &cols {
-                let x = col[c] as f64;
+                let x = col[done + c] as f64;
                 acc += x * x;
             }
             *s = acc;
