@@ -6,7 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{convert, fixture, folder_contents, manifest, stderr, MODELS};
+use common::{assert_source_identity, convert, fixture, folder_contents, manifest, stderr, MODELS};
 use ggml_quants::TorchDtype;
 use model_sources::Catalogue;
 use weights_file::{flags, WeightsFile};
@@ -80,6 +80,9 @@ fn every_fixture_model_gets_panels_of_both_families() {
             }
         }
         assert_eq!(fams, [14, 2], "{model}");
+        // Every tensor's `source_sha256` (a CQ4 matrix's hashed by its own
+        // encode pass, chunk by chunk) is the sha256 of its source bytes.
+        assert_source_identity(&fixture(model), &out);
     }
 }
 

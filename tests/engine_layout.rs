@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use common::*;
+use sha2::Digest;
 
 const MODELS: &[&str] = &["llama3", "qwen2", "gemma3"];
 const TOKENIZER_FILES: &[&str] = &[
@@ -93,6 +94,31 @@ fn hf_and_gguf_sources_give_byte_identical_engine_weights() {
             .flat_map(|e| e["transforms"].as_array().cloned().unwrap_or_default())
             .map(|t| t["op"].as_str().unwrap().to_string())
             .collect();
+        // Every entry's source hash is its tensor's bytes' sha256, for the
+        // CQ4 matrices hashed by their own encode pass (rows in file order)
+        // and the q / k matrices read in another row order alike.
+        for dir in [format!("{m}-gguf"), format!("{m}-hf")] {
+            let man = manifest(&tmp.path().join(&dir));
+            let src = if dir.ends_with("gguf") {
+                format!("models/tiny-{m}.gguf")
+            } else {
+                format!("models/tiny-{m}-hf")
+            };
+            let cat = model_sources::Catalogue::open(&fixture(&src)).unwrap();
+            for e in man["tensors"].as_array().unwrap() {
+                let name = e["tensor"].as_str().unwrap();
+                let t = cat.get(name).unwrap();
+                let want: String = sha2::Sha256::digest(cat.data(t))
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                assert_eq!(
+                    e["source_sha256"].as_str(),
+                    Some(&want[..]),
+                    "{dir}: {name}"
+                );
+            }
+        }
         match *m {
             "llama3" => assert!(ops.contains("unpermute_rows"), "{m}: {ops:?}"),
             "gemma3" => assert!(

@@ -37,16 +37,18 @@ pub struct Ctx<'a> {
 }
 
 /// Jobs that, with [`Ctx::hash_source`], hash their source tensor as they
-/// write: the sidecars of moved blocks, whose output is as long as the
-/// tensor and written in step with reading it.
+/// read it: the sidecars of moved blocks, whose output is as long as the
+/// tensor and written in step with reading it; and CQ4 matrices whose rows
+/// are encoded in file order (each chunk hashed while its pages are
+/// mapped for the encoder, instead of one more pass over the source).
 pub fn hashes_own_source(job: &Job) -> bool {
-    matches!(
-        job.action,
+    match job.action {
         Action::Sidecar {
-            requantize: false,
-            ..
-        }
-    )
+            requantize: false, ..
+        } => true,
+        Action::Panels { .. } => job.transform.unpermute_heads.is_none(),
+        _ => false,
+    }
 }
 
 impl Ctx<'_> {

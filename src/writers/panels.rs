@@ -3,6 +3,7 @@
 use std::io::Write;
 
 use anyhow::{Context, Result};
+use sha256x2::Sha256;
 
 use super::Ctx;
 use crate::manifest::Entry;
@@ -101,6 +102,13 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
     // threads idle between chunks).
     let mut panels = Vec::new();
     let mut written = Vec::new();
+    // The tensor's hash (see `writers::hashes_own_source`): each chunk's
+    // source bytes (rows in file order, so the bytes in order) beside its
+    // encoding, while the chunk's pages are mapped; `hashed` bytes so far.
+    let data = ctx.cat.data(t);
+    let mut src_hash = (ctx.hash_source && super::hashes_own_source(job)).then(Sha256::new);
+    let mut hashed = 0usize;
+    let row_bytes = data.len() / n.max(1);
     let mut norms = vec![0u16; n * ng];
     // F32 sources under an engine transform are mapped super-block by
     // super-block inside the encoder (in cache), not through a chunk buffer.
@@ -115,8 +123,16 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
             panels.clear();
             panels.resize(rows.div_ceil(SB) * sbb, 0);
             let norms = &mut norms[first_row * ng..(first_row + rows) * ng];
+            let upto = ((first_row + rows) * row_bytes).min(data.len());
+            let chunk = &data[hashed.min(upto)..upto];
+            hashed = hashed.max(upto);
             let (wrote, encoded) = rayon::join(
-                || w.write_all(&written),
+                || {
+                    if let Some(h) = src_hash.as_mut() {
+                        h.update(chunk);
+                    }
+                    w.write_all(&written)
+                },
                 || {
                     if affine.is_identity() {
                         enc.encode_superblocks(first_row, values, &mut panels, norms)
@@ -138,6 +154,11 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
         },
     )?;
     w.write_all(&written)?;
+    let source_sha256 = src_hash.map(|mut h| {
+        // (Bytes past the last whole row, if the rows do not divide them.)
+        h.update(&data[hashed..]);
+        crate::outdir::hex(&h.finalize())
+    });
     let scales = enc.scales_blob(&norms).with_context(|| ctx.at(job))?;
     let done = w.commit_with_prefix(&weights_file::write::prefix(&header, &scales)?)?;
     let mut details = serde_json::json!({
@@ -155,12 +176,15 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
         details["input_scales"] =
             serde_json::json!({"from": from, "scaled_columns": c, "importance_sha256": sha});
     }
-    Ok(Entry::new(
-        t,
-        Some(&job.file),
-        "CQ4",
-        "cq4_packed_panels",
-        Some(&done),
-        Some(details),
-    ))
+    Ok(Entry {
+        source_sha256,
+        ..Entry::new(
+            t,
+            Some(&job.file),
+            "CQ4",
+            "cq4_packed_panels",
+            Some(&done),
+            Some(details),
+        )
+    })
 }
