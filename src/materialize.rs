@@ -4,11 +4,15 @@
 use anyhow::{Context, Result};
 use ggml_quants::{Dtype, MaterializeStats, TorchDtype};
 use model_sources::{Catalogue, Tensor};
+use rayon::prelude::*;
 
 use crate::failure::bad_input;
 
 /// f32 bytes per chunk (one row more when a single row is larger).
 pub const CHUNK_BYTES: u64 = 16 << 20;
+
+/// f32 bytes per piece of a chunk decoded on one thread.
+const PIECE_BYTES: usize = 1 << 20;
 
 /// A value transform `v -> ((v + add) * mul) + then`, in f32, in that
 /// order (steps that are the identity are skipped).
@@ -259,7 +263,7 @@ struct Units<W: Fn(usize) -> usize> {
 /// without it, with `affine` as the third argument of `f` (see
 /// [`rows_deferred`]; otherwise that argument is the identity).
 #[allow(clippy::too_many_arguments)]
-fn stream<W: Fn(usize) -> usize>(
+fn stream<W: Fn(usize) -> usize + Sync>(
     cat: &Catalogue,
     t: &Tensor,
     dtype: TorchDtype,
@@ -322,19 +326,32 @@ fn stream<W: Fn(usize) -> usize>(
                 &gathered[..]
             }
         };
-        let s = ggml_quants::materialize_rows(ty, src, (u.decode_width)(n), dtype, out)
+        // Decoded in pieces of whole units on rayon's threads (the same
+        // values: decoding is unit by unit), their stats merged in order.
+        let piece = (PIECE_BYTES / (4 * u.values).max(1)).max(1);
+        let pieces: Vec<ggml_quants::MaterializeStats> = src
+            .par_chunks(piece * u.bytes)
+            .zip(out.par_chunks_mut(piece * u.values))
+            .map(|(src, out)| {
+                let m = out.len() / u.values;
+                ggml_quants::materialize_rows(ty, src, (u.decode_width)(m), dtype, out)
+            })
+            .collect::<Result<_, _>>()
             .with_context(|| at(cat, t))?;
-        if source.is_none() {
-            // Decoded: the chunk's mapped pages leave the resident set (the
-            // rows of a permuted tensor go when its job ends).
-            cat.release(t, (i * u.bytes) as u64, ((i + n) * u.bytes) as u64);
+        for (p, s) in pieces.iter().enumerate() {
+            stats.merge(s, ((i + p * piece) * u.values) as u64);
         }
-        stats.merge(&s, (i * u.values) as u64);
         if stats.is_clean() {
             if !affine.is_identity() {
                 out.iter_mut().for_each(|v| *v = affine.apply(*v));
             }
             f(i, out, Affine::IDENTITY)?;
+        }
+        if source.is_none() {
+            // Used: the chunk's mapped pages leave the resident set (after
+            // `f`, which may read the chunk's source bytes, e.g. to hash
+            // them; the rows of a permuted tensor go when its job ends).
+            cat.release(t, (i * u.bytes) as u64, ((i + n) * u.bytes) as u64);
         }
         i += n;
     }

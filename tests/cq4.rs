@@ -570,3 +570,53 @@ fn f32_rows_read_in_place_and_copied_give_the_same_file() {
 fn convert_chunk_bytes() -> u64 {
     16 << 20
 }
+
+/// `--torch-dtype float16` on an F32 matrix of several decode pieces (its
+/// rows are decoded on several threads, 1 MiB of values each): the error
+/// counts every overflow and names the first one in row order, wherever
+/// the pieces put them.
+#[test]
+fn float16_overflow_is_reported_at_its_row_across_decode_pieces() {
+    use common::{gguf_bytes, TInfo};
+    let tmp = tempfile::tempdir().unwrap();
+    let (rows, cols) = (600usize, 1024usize);
+    let mut w: Vec<f32> = (0..rows * cols)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.01)
+        .collect();
+    // Pieces are 256 rows of 1024 values: one overflow in the second
+    // piece, the first in row order; two in the third.
+    w[400 * cols + 7] = 1.0e6;
+    w[500 * cols + 3] = -2.0e6;
+    w[599 * cols + 1023] = 7.0e5;
+    let infos = [TInfo::f32(
+        "blk.0.ffn_down.weight",
+        &[cols as u64, rows as u64],
+        0,
+    )];
+    let mut b = gguf_bytes(3, 1, 1, &[("general.architecture", "llama")], &infos, 0);
+    b.extend(w.iter().flat_map(|v| v.to_le_bytes()));
+    let path = tmp.path().join("overflow.gguf");
+    std::fs::write(&path, b).unwrap();
+    let out = tmp.path().join("out");
+    let o = convert([
+        path.into_os_string(),
+        out.clone().into(),
+        "-q".into(),
+        "--bits".into(),
+        "4".into(),
+        "--layout".into(),
+        "source".into(),
+        "--torch-dtype".into(),
+        "float16".into(),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("blk.0.ffn_down.weight")
+            && err.contains(
+                "3 values are beyond the float16 range (first: 1000000 at row 400, column 7)"
+            ),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
