@@ -19,7 +19,7 @@ pub struct Estimate {
     by_name: HashMap<String, Vec<f32>>,
     /// AWQ column sums made while the estimate read a matrix: by tensor
     /// name, the value map they were made under and the sums.
-    column_sums: HashMap<String, (Affine, cq4::awq::ColumnSums)>,
+    column_sums: HashMap<String, (Affine, Vec<f64>)>,
 }
 
 impl Estimate {
@@ -32,7 +32,7 @@ impl Estimate {
     /// `tf`, if the estimate made them while it read the tensor: the same
     /// sums, bit for bit, as a pass of [`cq4::awq::ColumnSums`] over the
     /// tensor's rows under `tf` (the same values, rows in the same order).
-    pub fn column_sums(&self, name: &str, tf: &Transform) -> Option<&cq4::awq::ColumnSums> {
+    pub fn column_sums(&self, name: &str, tf: &Transform) -> Option<&[f64]> {
         match self.column_sums.get(name) {
             Some((a, sums)) if tf.unpermute_heads.is_none() && *a == tf.values => Some(sums),
             _ => None,
@@ -69,7 +69,7 @@ struct Model<'c> {
     /// this value map, by tensor name.
     sums_wanted: &'c HashMap<String, Affine>,
     /// Those sums.
-    column_sums: HashMap<String, (Affine, cq4::awq::ColumnSums)>,
+    column_sums: HashMap<String, (Affine, Vec<f64>)>,
 }
 
 impl<'c> Model<'c> {
@@ -158,24 +158,22 @@ impl Source for Model<'_> {
         }
         let k = t.ncols() as usize;
         // The matrix's AWQ column sums from the same rows while they are in
-        // cache (its conversion then skips its own pass over the source).
+        // cache (its conversion then skips its own pass over the source);
+        // the embedding's, unmapped, are the estimate's own sums.
         let mut awq = self
             .sums_wanted
             .get(&t.name)
+            .filter(|a| !(part == Part::TokenEmbedding && a.is_identity()))
             .map(|&a| (a, cq4::awq::ColumnSums::new(k)));
         materialize::rows(self.cat, t, self.dtype, 1, Transform::NONE, |_, rows| {
             each(rows, k);
             if let Some((a, sums)) = &mut awq {
-                if a.is_identity() {
-                    sums.add_rows(rows);
-                } else {
-                    sums.add_rows_mapped(rows, |src, out| a.map_into(src, out));
-                }
+                a.add_column_sums(sums, rows);
             }
             Ok(())
         })?;
-        if let Some(s) = awq {
-            self.column_sums.insert(t.name.clone(), s);
+        if let Some((a, s)) = awq {
+            self.column_sums.insert(t.name.clone(), (a, s.into_sums()));
         }
         Ok(Some((t.nrows() as usize, k)))
     }
@@ -261,8 +259,75 @@ pub fn estimate(
     } else if cat.tied_embeddings {
         put("token_embd.weight".into(), &imp.output);
     }
+    let embedding = model.tensor(&Model::gguf_name(Part::TokenEmbedding));
+    let mut column_sums = model.column_sums;
+    if let Some(t) = embedding {
+        if sums_wanted.get(&t.name).is_some_and(Affine::is_identity) {
+            column_sums.insert(
+                t.name.clone(),
+                (Affine::IDENTITY, imp.embedding_column_sums),
+            );
+        }
+    }
     Ok(Ok(Estimate {
         by_name,
-        column_sums: model.column_sums,
+        column_sums,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The AWQ column sums the estimate hands over are those of a pass of
+    /// their own over the tensor, bit for bit: the tied embedding's (the
+    /// estimate's own sums), a matrix's unmapped and a matrix's under a
+    /// value map; a tensor asked for under another transform gets none.
+    #[test]
+    fn handed_over_column_sums_equal_a_pass_of_their_own() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/models/tiny-qwen2.gguf");
+        let cat = Catalogue::open(&path).unwrap();
+        assert!(cat.tied_embeddings);
+        let x16 = Affine {
+            add: 0.0,
+            mul: 16.0,
+            then: 0.0,
+        };
+        let wanted: HashMap<String, Affine> = [
+            ("token_embd.weight", Affine::IDENTITY),
+            ("blk.0.ffn_up.weight", Affine::IDENTITY),
+            ("blk.1.ffn_gate.weight", x16),
+        ]
+        .into_iter()
+        .map(|(n, a)| (n.to_string(), a))
+        .collect();
+        let est = estimate(&cat, TorchDtype::Float32, &wanted)
+            .unwrap()
+            .unwrap();
+        for (name, a) in &wanted {
+            let t = cat.get(name).unwrap();
+            let mut own = cq4::awq::ColumnSums::new(t.ncols() as usize);
+            let tf = Transform {
+                unpermute_heads: None,
+                values: *a,
+            };
+            materialize::rows(
+                &cat,
+                t,
+                TorchDtype::Float32,
+                1,
+                Transform::NONE,
+                |_, rows| {
+                    a.add_column_sums(&mut own, rows);
+                    Ok(())
+                },
+            )
+            .unwrap();
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let got = est.column_sums(name, &tf).unwrap();
+            assert_eq!(bits(got), bits(own.sums()), "{name}");
+            assert!(est.column_sums(name, &Transform::NONE).is_none() || a.is_identity());
+        }
+    }
 }

@@ -62,6 +62,16 @@ impl Affine {
         out.extend(src.iter().map(|&v| a.apply(v)));
     }
 
+    /// Add `rows` under this map to AWQ column sums (mapped a few rows at a
+    /// time in cache; the identity adds them as they are).
+    pub fn add_column_sums(&self, sums: &mut cq4::awq::ColumnSums, rows: &[f32]) {
+        if self.is_identity() {
+            sums.add_rows(rows);
+        } else {
+            sums.add_rows_mapped(rows, |src, out| self.map_into(src, out));
+        }
+    }
+
     /// The inverse of [`Affine::apply`]: `((v - then) / mul) - add`, the
     /// same steps skipped. Exact when `mul` is a power of two and `add` and
     /// `then` are zero; otherwise within an ulp or two of the value that

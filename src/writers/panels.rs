@@ -27,9 +27,8 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
         let made = ctx
             .estimate
             .and_then(|e| e.column_sums(&t.name, &job.transform));
-        let mut own = None;
-        let sums = match made {
-            Some(s) => s,
+        let exps = match made {
+            Some(sums) => cq4::awq::input_exponents(sums, importance),
             None => {
                 let mut sums = cq4::awq::ColumnSums::new(k);
                 materialize::rows_deferred(
@@ -39,18 +38,13 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
                     SB,
                     job.transform,
                     |_, values, affine| {
-                        if affine.is_identity() {
-                            sums.add_rows(values);
-                        } else {
-                            sums.add_rows_mapped(values, |src, out| affine.map_into(src, out));
-                        }
+                        affine.add_column_sums(&mut sums, values);
                         Ok(())
                     },
                 )?;
-                own.insert(sums)
+                cq4::awq::input_exponents(sums.sums(), importance)
             }
         };
-        let exps = cq4::awq::input_exponents(sums.sums(), importance);
         scaled_columns = Some((
             exps.iter().filter(|&&e| e != 0).count(),
             from,
@@ -123,9 +117,11 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
             panels.clear();
             panels.resize(rows.div_ceil(SB) * sbb, 0);
             let norms = &mut norms[first_row * ng..(first_row + rows) * ng];
+            // (Chunks come in row order from row 0: `hashed` is where this
+            // one starts.)
             let upto = ((first_row + rows) * row_bytes).min(data.len());
-            let chunk = &data[hashed.min(upto)..upto];
-            hashed = hashed.max(upto);
+            let chunk = &data[hashed..upto];
+            hashed = upto;
             let (wrote, encoded) = rayon::join(
                 || {
                     if let Some(h) = src_hash.as_mut() {

@@ -84,6 +84,11 @@ impl ColumnSums {
     pub fn sums(&self) -> &[f64] {
         &self.sums
     }
+
+    /// The sums, owned.
+    pub fn into_sums(self) -> Vec<f64> {
+        self.sums
+    }
 }
 
 /// The binary exponent of a positive normal f64 (`frexp` convention).

@@ -105,6 +105,11 @@ pub struct Importance {
     pub layers: Vec<LayerImportance>,
     /// The output projection's input (`hidden` values).
     pub output: Vec<f64>,
+    /// The token embedding's column sums of squares `sum_rows f64(x)^2`,
+    /// rows in order (`hidden` values): the AWQ column sums of §CQ4.16 of
+    /// the embedding as read (a caller converting it unchanged need not
+    /// read it again for them).
+    pub embedding_column_sums: Vec<f64>,
 }
 
 /// One layer's part of [`Importance`].
@@ -397,7 +402,11 @@ pub fn estimate<S: Source>(
     }
     let go = need!(vector(src, Part::OutputNorm, hidden));
     let output = normed(&go, &r);
-    Ok(Ok(Importance { layers, output }))
+    Ok(Ok(Importance {
+        layers,
+        output,
+        embedding_column_sums: sums,
+    }))
 }
 
 /// f32 importance values for [`crate::awq::input_exponents`] (which takes
@@ -498,6 +507,7 @@ mod tests {
                 *rj += x * x;
             }
         }
+        let embedding_column_sums = r.clone();
         let mut r: Vec<f64> = r.iter().map(|s| (s / v as f64) * 1.0).collect();
         let mv = |p: Part, x: &[f64]| -> Vec<f64> {
             let (n, k, w) = &m.matrices[&p];
@@ -552,6 +562,7 @@ mod tests {
         Importance {
             output: nm(&m.vectors[&Part::OutputNorm], &r),
             layers,
+            embedding_column_sums,
         }
     }
 
