@@ -159,7 +159,8 @@ pub(crate) struct Uniform<const B: usize, const PACKED: bool> {
     half: [*const u8; 2],
     d: usize,
     stride: usize,
-    /// Prefetch distance: whole strides, at least `PREFETCH_BYTES`.
+    /// Prefetch distance: whole strides, at least `PREFETCH_BYTES` (R8:
+    /// twice that).
     ahead: usize,
     /// Past a stream's end, the next group.
     look: crate::operands::Lookahead,
@@ -191,7 +192,10 @@ impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
             half: [base.wrapping_add(o[0]), base.wrapping_add(o[4])],
             d: if PACKED { B } else { d },
             stride,
-            ahead: crate::operands::PREFETCH_BYTES.div_ceil(stride.max(1)) * stride,
+            // R8 (`PACKED`): twice as far, into L2 (see `prefetch`).
+            ahead: crate::operands::PREFETCH_BYTES.div_ceil(stride.max(1))
+                * stride
+                * if PACKED { 2 } else { 1 },
             look: crate::operands::Lookahead::new(o, st, g.nblocks()),
         })
     }
@@ -213,17 +217,23 @@ impl<const B: usize, const PACKED: bool> Rows for Uniform<B, PACKED> {
     fn prefetch(&self) {
         let ahead = self.look.ahead(self.ahead);
         if PACKED {
-            // Each half is 4 adjacent blocks: every line of them.
+            // Each half is 4 adjacent blocks: every line of them. An R8
+            // group is one stream, so the hardware prefetchers follow fewer
+            // streams than for R4 or plain rows; its lines go into L2 at
+            // twice the distance (T1), and L2 -> L1 is left to the hardware.
+            // Against T0 at the plain distance (docs/BENCHMARKS.md, session
+            // 17): R8 Q6_K from DRAM +12 - 21 % on both x86 tiers, Q4_K and
+            // Q8_0 within noise, L3-resident cells unchanged.
             for h in 0..2 {
                 let q = self.half[h].wrapping_add(ahead);
                 let mut off = 0;
                 while off < 4 * B {
                     // SAFETY: a hint; never faults.
-                    unsafe { _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(off).cast()) };
+                    unsafe { _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(off).cast()) };
                     off += 64;
                 }
                 // SAFETY: as above.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(4 * B - 1).cast()) };
+                unsafe { _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(4 * B - 1).cast()) };
             }
         } else {
             // Plain rows: 8 streams, the lines of each slot's block.
