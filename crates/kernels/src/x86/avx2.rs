@@ -424,11 +424,12 @@ pub unsafe fn q5_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
     unsafe { k4_group::<true>(g, act, out) }
 }
 
-/// Q4_K x Q8_K body over any [`Rows`]. Per row and sub-block `j` of 32:
-/// `maddubs` of the nibbles with the activations (16 i16, each `<= 2 *
-/// 15 * 127 = 3810`), the two 128-bit halves added (`<= 7620`, no
-/// overflow), then one 128-bit `madd` with the broadcast scale `sc_j`:
-/// half the multiplies of scaling the 256-bit products. `M` per row is
+/// Q4_K x Q8_K body over any [`Rows`] in 128-bit halves (for
+/// [`super::halves`] CPUs; the others take [`q4_k_rows_wide`]). Per row
+/// and sub-block `j` of 32: `maddubs` of the nibbles with the activations
+/// (16 i16, each `<= 2 * 15 * 128 = 3840`), the two halves added (`<=
+/// 7680`, no overflow), then one 128-bit `madd` with the broadcast scale
+/// `sc_j`: half the multiplies of scaling the 256-bit products. `M` per row is
 /// one `madd` of the 8 mins with the 8 activation pair sums `bsum_2j +
 /// bsum_2j+1` (computed once per block, `|.| <= 4064`). Both are summed
 /// across the rows with [`hsum8x4`].
@@ -437,8 +438,7 @@ pub unsafe fn q5_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
 /// AVX2 + F16C; every slot's blocks for `act.len()` steps in bounds.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn q4_k_rows<const H: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    let m4 = _mm256_set1_epi8(0x0F);
+unsafe fn q4_k_rows_h<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
     let m4x = _mm_set1_epi8(0x0F);
     let mut acc = _mm256_setzero_ps();
     for a in act {
@@ -461,25 +461,16 @@ unsafe fn q4_k_rows<const H: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mu
                 let mut f = [_mm_setzero_si128(); 8];
                 for c in 0..4 {
                     let (qs, a0) = (p.add(q4_k::QS + 32 * c), aq.add(64 * c));
-                    if H {
-                        // The two 16-byte halves of the 32 bytes separately.
-                        let (q0, q1) = (load128(qs), load128(qs.add(16)));
-                        let lo = |q: __m128i| _mm_and_si128(q, m4x);
-                        let hi = |q: __m128i| _mm_and_si128(_mm_srli_epi16::<4>(q), m4x);
-                        let dot =
-                            |v: __m128i, o: usize| _mm_maddubs_epi16(v, load128(a0.add(o).cast()));
-                        f[2 * c] = _mm_add_epi16(dot(lo(q0), 0), dot(lo(q1), 16));
-                        f[2 * c + 1] = _mm_add_epi16(dot(hi(q0), 32), dot(hi(q1), 48));
-                    } else {
-                        let q = load256(qs);
-                        let lo = _mm256_and_si256(q, m4);
-                        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                        f[2 * c] = fold256_i16(_mm256_maddubs_epi16(lo, load256(a0.cast())));
-                        f[2 * c + 1] =
-                            fold256_i16(_mm256_maddubs_epi16(hi, load256(a0.add(32).cast())));
-                    }
+                    // The two 16-byte halves of the 32 bytes separately.
+                    let (q0, q1) = (load128(qs), load128(qs.add(16)));
+                    let lo = |q: __m128i| _mm_and_si128(q, m4x);
+                    let hi = |q: __m128i| _mm_and_si128(_mm_srli_epi16::<4>(q), m4x);
+                    let dot =
+                        |v: __m128i, o: usize| _mm_maddubs_epi16(v, load128(a0.add(o).cast()));
+                    f[2 * c] = _mm_add_epi16(dot(lo(q0), 0), dot(lo(q1), 16));
+                    f[2 * c + 1] = _mm_add_epi16(dot(hi(q0), 32), dot(hi(q1), 48));
                 }
-                // Two hadd levels: [f0 f0 f1 f1 f2 f2 f3 f3] (|.| <= 4 * 7620),
+                // Two hadd levels: [f0 f0 f1 f1 f2 f2 f3 f3] (|.| <= 4 * 7680),
                 // then each pair times its scale: sc_j * dot_j summed.
                 let h03 = _mm_hadd_epi16(_mm_hadd_epi16(f[0], f[1]), _mm_hadd_epi16(f[2], f[3]));
                 let h47 = _mm_hadd_epi16(_mm_hadd_epi16(f[4], f[5]), _mm_hadd_epi16(f[6], f[7]));
@@ -506,6 +497,85 @@ unsafe fn q4_k_rows<const H: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mu
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
+/// Q4_K x Q8_K in 256-bit vectors (the non-[`super::halves`] body of
+/// [`q4_k_rows_h`]). Per row and sub-block `j` of 32: `maddubs` of the
+/// nibbles with the activations (16 i16, each `<= 2 * 15 * 128 = 3840`),
+/// then `madd` with `sc_j` in every i16 lane (8 i32, each `<= 2 * 3840 *
+/// 63`), the 8 sub-blocks' vectors added (`<= 3.9e6`). The broadcast
+/// scales come from memory (`vpbroadcastd` from a stack copy is a load,
+/// where a register broadcast or `pshufb` is a shuffle: the shuffle port
+/// is what bounded the `hadd` form of this kernel on Intel cores). The
+/// rows' sums are reduced with [`reduce8`]; the mins as in [`q4_k_rows_h`].
+/// The same integers, so the same bits.
+///
+/// # Safety
+/// AVX2 + F16C; every slot's blocks for `act.len()` steps in bounds.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn q4_k_rows_wide<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut acc = _mm256_setzero_ps();
+    // Row r's scale j as `sc | sc << 16` at `pairs[8r + j]`.
+    let mut pairs = Pairs([0; 64]);
+    for a in act {
+        // SAFETY: `a.qs` is 256 bytes and `a.bsums` 32 bytes; by the RowGroup
+        // invariant the current 144-byte block of every slot is in bounds
+        // (header 16 bytes, qs 128 at 16); `pairs` is 64 u32, 32-aligned.
+        let (sv, mv, d, dmin) = unsafe {
+            let aq = a.qs.as_ptr();
+            let bp = _mm_hadd_epi16(
+                load128(a.bsums.as_ptr().cast()),
+                load128(a.bsums.as_ptr().add(8).cast()),
+            );
+            let mut mx = [_mm_setzero_si128(); 8];
+            for (r, m) in mx.iter_mut().enumerate() {
+                let b = k4_scale_bytes(s.at(r));
+                let w = _mm256_cvtepu8_epi32(b);
+                let w = _mm256_or_si256(w, _mm256_slli_epi32::<16>(w));
+                _mm256_store_si256(pairs.0.as_mut_ptr().add(8 * r).cast(), w);
+                *m = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128::<8>(b)), bp);
+            }
+            // The compiler must not forward the stores above into the
+            // loads below as shuffles (that is the point of the copy).
+            let pp = std::hint::black_box(pairs.0.as_ptr());
+            let mut sx = [_mm256_setzero_si256(); 8];
+            for (r, sxr) in sx.iter_mut().enumerate() {
+                let p = s.at(r);
+                let sc = |j: usize| _mm256_set1_epi32(*pp.add(8 * r + j) as i32);
+                let mut t = _mm256_setzero_si256();
+                for c in 0..4 {
+                    let q = load256(p.add(q4_k::QS + 32 * c));
+                    let lo = _mm256_and_si256(q, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                    let a0 = aq.add(64 * c).cast::<u8>();
+                    let pl = _mm256_maddubs_epi16(lo, load256(a0));
+                    let ph = _mm256_maddubs_epi16(hi, load256(a0.add(32)));
+                    t = _mm256_add_epi32(t, _mm256_madd_epi16(pl, sc(2 * c)));
+                    t = _mm256_add_epi32(t, _mm256_madd_epi16(ph, sc(2 * c + 1)));
+                }
+                *sxr = t;
+            }
+            const _: () = assert!(q4_k::DMIN == q4_k::D + 2);
+            let (d, dmin) = fp16x8x2_rows(&s, q4_k::D);
+            (reduce8(&sx), hsum8x4(&mx), d, dmin)
+        };
+        let da = _mm256_set1_ps(a.d);
+        let c = _mm256_sub_ps(
+            _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da)),
+            _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
+        );
+        acc = _mm256_add_ps(acc, c);
+        s.prefetch();
+        s.advance();
+    }
+    // SAFETY: `out` is 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+}
+
+/// 64 u32, aligned for 256-bit stores.
+#[repr(C, align(32))]
+struct Pairs([u32; 64]);
+
 /// Q4_K x Q8_K group kernel.
 ///
 /// # Safety
@@ -515,9 +585,7 @@ pub unsafe fn q4_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let act = &act[..g.nblocks()];
     // SAFETY: the RowGroup invariant covers every block of every slot.
-    with_rows!(g, q4_k::BYTES, |s| unsafe {
-        q4_k_rows::<false, _>(s, act, out)
-    })
+    with_rows!(g, q4_k::BYTES, |s| unsafe { q4_k_rows_wide(s, act, out) })
 }
 
 /// [`q4_k_group`] in 128-bit halves ([`super::halves`]).
@@ -529,20 +597,7 @@ pub unsafe fn q4_k_group_h(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let act = &act[..g.nblocks()];
     // SAFETY: the RowGroup invariant covers every block of every slot.
-    with_rows!(g, q4_k::BYTES, |s| unsafe {
-        q4_k_rows::<true, _>(s, act, out)
-    })
-}
-
-/// The 16 i16 lanes of `v` summed pairwise with its upper half (the
-/// callers' bounds keep the sums inside i16).
-#[inline]
-#[target_feature(enable = "avx2")]
-fn fold256_i16(v: __m256i) -> __m128i {
-    opaque128(_mm_add_epi16(
-        _mm256_castsi256_si128(v),
-        _mm256_extracti128_si256::<1>(v),
-    ))
+    with_rows!(g, q4_k::BYTES, |s| unsafe { q4_k_rows_h(s, act, out) })
 }
 
 /// Q4_K / Q5_K scales and mins of the block at `p`: 8 i16 each.
