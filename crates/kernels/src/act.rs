@@ -269,6 +269,10 @@ impl<'a> Cq4Rows<'a> {
     pub fn scale(&self, i: usize, g: usize) -> f32 {
         self.scale[i * self.groups() + g]
     }
+    /// `sum(q)` of row `i`, group `g`.
+    pub fn qsum(&self, i: usize, g: usize) -> i32 {
+        self.qsum[i * self.groups() + g]
+    }
     /// The interleaved quants (all tiles).
     pub fn packed(&self) -> &'a [i8] {
         self.packed

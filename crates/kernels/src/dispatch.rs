@@ -143,7 +143,10 @@ const AVX512_TABLE: Kernels = Kernels {
     iq4_xs: crate::x86::avx512::iq4_xs_group,
     cq4: crate::x86::avx512::cq4_superblock,
     rotate: crate::x86::avx512::orthogonal_rotate,
-    gemm: GemmKernels::NONE,
+    gemm: GemmKernels {
+        cq4: Some(crate::x86::avx512_gemm::cq4_superblock_gemm),
+        ..GemmKernels::NONE
+    },
 };
 
 #[cfg(all(target_arch = "x86_64", kernels_avx512))]

@@ -15,6 +15,9 @@ pub(crate) mod quant;
 #[cfg(kernels_avx512)]
 #[clippy::msrv = "1.89"]
 pub mod avx512;
+#[cfg(kernels_avx512)]
+#[clippy::msrv = "1.89"]
+pub mod avx512_gemm;
 
 use core::arch::x86_64::*;
 
