@@ -5,7 +5,10 @@
 //! "Cold" numbers (the headline): each timed pass runs the GEMV over enough
 //! distinct copies of the matrix to exceed `COLD_BYTES`, so the weights come
 //! from DRAM as in LLM decoding. "Hot": the same matrix over and over (it
-//! may sit in L2/L3), which shows the kernel's compute ceiling.
+//! may sit in L2/L3), which shows the kernel's compute ceiling, beside the
+//! rate at which a buffer of the matrix's size can be read over and over
+//! (the same f32 sum, same threads): where the matrix sits in L3 that rate
+//! caps every kernel, ours and ggml's.
 //!
 //! Then the GEMM table (`Y[M x N] = X[M x K] W^T`, hot): GF/s (`2 M N K`
 //! per call) of [`Gemv::gemm`] (the multi-row kernels) against `M`
@@ -34,7 +37,7 @@
 //!   not charged);
 //! - `GEMV_BENCH_TSV=FILE`: also append every cell to FILE as
 //!   tab-separated records, read by `scripts/bench-gemv-vs-ggml`:
-//!   `gemv LAYOUT N K THREADS HOT COLD BW`,
+//!   `gemv LAYOUT N K THREADS HOT COLD BW HOT_BW`,
 //!   `gemm LAYOUT N K M THREADS GEMM_GFs GEMVS_GFs ISA` and
 //!   `kernel LAYOUT K GBs`.
 
@@ -215,24 +218,22 @@ struct Bandwidth {
 
 impl Bandwidth {
     fn new() -> Self {
+        Self::of(COLD_BYTES)
+    }
+
+    /// A probe over `bytes` (rounded down to whole f32): with the size of
+    /// a matrix, summed over and over, the rate at which the cache level
+    /// holding it can be read (the ceiling of that matrix's hot cells).
+    fn of(bytes: usize) -> Self {
         Bandwidth {
-            buf: (0..COLD_BYTES / 4).map(|i| (i % 7) as f32).collect(),
+            buf: (0..bytes / 4).map(|i| (i % 7) as f32).collect(),
         }
     }
 
     /// Best-pass GB/s of the sum with `threads` threads.
     fn measure(&self, runner: &Runner, threads: usize, budget: Duration) -> f64 {
         let n = self.buf.len();
-        let sum = |s: &[f32]| -> f32 {
-            let mut acc = [0f32; 32];
-            let (chunks, rest) = s.as_chunks::<32>();
-            for c in chunks {
-                for (a, v) in acc.iter_mut().zip(c) {
-                    *a += v;
-                }
-            }
-            acc.iter().sum::<f32>() + rest.iter().sum::<f32>()
-        };
+        let sum = probe_sum;
         measure_for(n * 4, budget, &mut || {
             let total: f32 = runner.run(|par| {
                 if par {
@@ -247,13 +248,53 @@ impl Bandwidth {
     }
 }
 
-/// One cell: hot and cold GEMV GB/s, and the read bandwidth measured right
-/// before and after the cold run with the same thread count (best of both).
+/// The probe's sum: 32 independent f32 chains, in the widest vectors of
+/// the x86 tiers where the CPU has them (a 128-bit sum falls below the L2
+/// and L3 read rates of a recent core; the probe must not be the limit).
+fn probe_sum(s: &[f32]) -> f32 {
+    #[inline(always)]
+    fn body(s: &[f32]) -> f32 {
+        let mut acc = [0f32; 32];
+        let (chunks, rest) = s.as_chunks::<32>();
+        for c in chunks {
+            for (a, v) in acc.iter_mut().zip(c) {
+                *a += v;
+            }
+        }
+        acc.iter().sum::<f32>() + rest.iter().sum::<f32>()
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        fn avx2(s: &[f32]) -> f32 {
+            body(s)
+        }
+        #[target_feature(enable = "avx512f")]
+        fn avx512(s: &[f32]) -> f32 {
+            body(s)
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F was detected just above.
+            return unsafe { avx512(s) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 was detected just above.
+            return unsafe { avx2(s) };
+        }
+    }
+    body(s)
+}
+
+/// One cell: hot and cold GEMV GB/s, the read bandwidth measured right
+/// before and after the cold run with the same thread count (best of
+/// both), and the hot read rate of a buffer of the matrix's size
+/// ([`Bandwidth::of`], right after the hot run).
 #[derive(Clone, Copy)]
 struct Cell {
     hot: f64,
     cold: f64,
     bw: f64,
+    hot_bw: f64,
 }
 
 /// Plain ggml bytes of an `n x k` matrix: 64 quantized Gaussian rows tiled.
@@ -407,6 +448,8 @@ fn bench_case(
     let mut y = vec![0f32; n];
     let mut ws = Workspace::new();
     let bytes = mats[0].weight_bytes();
+    let hot_probe = Bandwidth::of(bytes);
+    let short = Duration::from_millis(if quick() { 200 } else { 600 });
     let mut out = Vec::new();
     for &t in threads {
         let runner = Runner::new(t);
@@ -415,15 +458,16 @@ fn bench_case(
             black_box(&y);
         };
         let hot = runner.timed(|| measure(bytes, || one(mats[0].as_ref(), &mut y, &mut ws)));
+        let hot_bw = hot_probe.measure(&runner, t, short);
         if hot_only() {
             out.push(Cell {
                 hot,
                 cold: 0.0,
                 bw: 0.0,
+                hot_bw,
             });
             continue;
         }
-        let short = Duration::from_millis(if quick() { 200 } else { 600 });
         let before = bwp.measure(&runner, t, short);
         let cold = runner.timed(|| {
             measure(bytes * mats.len(), || {
@@ -437,6 +481,7 @@ fn bench_case(
             hot,
             cold,
             bw: before.max(after),
+            hot_bw,
         });
     }
     Some(out)
@@ -554,6 +599,7 @@ fn main() {
                         format!("{:.2}", r.hot),
                         format!("{:.2}", r.cold),
                         format!("{:.2}", r.bw),
+                        format!("{:.2}", r.hot_bw),
                     ]);
                 }
                 c
@@ -602,14 +648,19 @@ fn main() {
         }
     }
     header(&format!(
-        "hot GB/s (the same matrix over and over): {thread_names}"
+        "hot GB/s (the same matrix over and over): {thread_names}, [the read rate of \
+         a buffer of the matrix's size summed over and over, same threads]"
     ));
     for (name, cells) in &rows {
         print!("| {name} |");
         for c in cells {
             match c {
                 None => print!(" - |"),
-                Some(r) => print!(" {} |", per_thread(&mut r.iter().map(|c| c.hot))),
+                Some(r) => print!(
+                    " {} [{}] |",
+                    per_thread(&mut r.iter().map(|c| c.hot)),
+                    per_thread(&mut r.iter().map(|c| c.hot_bw))
+                ),
             }
         }
         println!();
