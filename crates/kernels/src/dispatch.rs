@@ -143,7 +143,14 @@ const AVX512_TABLE: Kernels = Kernels {
     iq4_xs: crate::x86::avx512::iq4_xs_group,
     cq4: crate::x86::avx512::cq4_superblock,
     rotate: crate::x86::avx512::orthogonal_rotate,
+    // Q4_0, Q4_K, Q6_K: the `avx2` multi-row kernels (the tier is only
+    // available where AVX2 and F16C are; every tier gives the same bits),
+    // 1.05 - 1.49x this tier's GEMV per row on the AVX-512 Xeon of
+    // BENCHMARKS.md session 18; Q8_0 measured level, the others not yet.
     gemm: GemmKernels {
+        q4_0: AVX2_TABLE.gemm.q4_0,
+        q4_k: AVX2_TABLE.gemm.q4_k,
+        q6_k: AVX2_TABLE.gemm.q6_k,
         cq4: Some(crate::x86::avx512_gemm::cq4_superblock_gemm),
         ..GemmKernels::NONE
     },
