@@ -233,14 +233,16 @@ impl Bandwidth {
     /// Best-pass GB/s of the sum with `threads` threads.
     fn measure(&self, runner: &Runner, threads: usize, budget: Duration) -> f64 {
         let n = self.buf.len();
-        let sum = probe_sum;
         measure_for(n * 4, budget, &mut || {
             let total: f32 = runner.run(|par| {
                 if par {
                     use rayon::prelude::*;
-                    self.buf.par_chunks(n.div_ceil(threads)).map(sum).sum()
+                    self.buf
+                        .par_chunks(n.div_ceil(threads))
+                        .map(probe_sum)
+                        .sum()
                 } else {
-                    sum(&self.buf)
+                    probe_sum(&self.buf)
                 }
             });
             black_box(total);

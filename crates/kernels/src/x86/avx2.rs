@@ -15,10 +15,11 @@
 use core::arch::x86_64::*;
 
 use super::{
-    add_scaled, bcast16_mask, d_dmin8, fold256, fp16_at8, fp16x8_rows, fp16x8x2_rows, hsum8x4,
-    i8x8, iq4_levels, iq4_table, iq4_xs_scales_at, k4_scale_bytes, k4_scales, load128, load256,
-    opaque128, pair16_mask, q3_k_values, q4_1_contrib, q4_k_values, q5_0_values, q5_1_values,
-    q5_k_values, q6_k_values, q6_k_values_h, reduce8, two_bit_values, with_rows, Rows, Slots,
+    add_scaled, add_scaled_mins, bcast16_mask, d_dmin8, fold256, fp16_at8, fp16x8_rows,
+    fp16x8x2_rows, hsum8x4, i8x8, iq4_levels, iq4_table, iq4_xs_scales_at, k4_scale_bytes,
+    k4_scales, load128, load256, opaque128, pair16_mask, q3_k_values, q4_1_contrib, q4_k_values,
+    q5_0_values, q5_1_values, q5_k_values, q6_k_values, q6_k_values_h, reduce8, two_bit_values,
+    with_rows, Rows, Slots,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
 use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q6_k, q8_0};
@@ -401,12 +402,7 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
             let (d, dmin) = d_dmin8(&s);
             (reduce8(&sv), reduce8(&mv), d, dmin)
         };
-        let da = _mm256_set1_ps(a.d);
-        let c = _mm256_sub_ps(
-            _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da)),
-            _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled_mins(acc, sv, mv, d, dmin, a.d);
         s.prefetch();
         s.advance();
     }
@@ -484,12 +480,7 @@ unsafe fn q4_k_rows_h<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
             let (d, dmin) = fp16x8x2_rows(&s, q4_k::D);
             (hsum8x4(&sx), hsum8x4(&mx), d, dmin)
         };
-        let da = _mm256_set1_ps(a.d);
-        let c = _mm256_sub_ps(
-            _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da)),
-            _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled_mins(acc, sv, mv, d, dmin, a.d);
         s.prefetch();
         s.advance();
     }
@@ -559,12 +550,7 @@ unsafe fn q4_k_rows_wide<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]
             let (d, dmin) = fp16x8x2_rows(&s, q4_k::D);
             (reduce8(&sx), hsum8x4(&mx), d, dmin)
         };
-        let da = _mm256_set1_ps(a.d);
-        let c = _mm256_sub_ps(
-            _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da)),
-            _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled_mins(acc, sv, mv, d, dmin, a.d);
         s.prefetch();
         s.advance();
     }

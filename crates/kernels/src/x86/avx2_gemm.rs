@@ -18,9 +18,10 @@
 use core::arch::x86_64::*;
 
 use super::{
-    add_scaled, bcast16_mask, d_dmin8, fp16_at8, i8x8, iq4_levels, iq4_table, iq4_xs_scales_at,
-    k4_scales, load128, load256, pair16_mask, q3_k_values, q4_1_contrib, q4_k_values, q4_values,
-    q5_0_values, q5_1_values, q5_k_values, q6_k_values, reduce8, two_bit_values, Slots,
+    add_scaled, add_scaled_mins, bcast16_mask, d_dmin8, fp16_at8, i8x8, iq4_levels, iq4_table,
+    iq4_xs_scales_at, k4_scales, load128, load256, pair16_mask, q3_k_values, q4_1_contrib,
+    q4_k_values, q4_values, q5_0_values, q5_1_values, q5_k_values, q6_k_values, reduce8,
+    two_bit_values, Slots,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Rows, CQ4_TILE_ROWS};
 use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q5_0, q6_k, q8_0};
@@ -474,26 +475,6 @@ unsafe fn q8_k_act(a: &BlockQ8K) -> ([__m256i; 8], __m256i) {
     }
 }
 
-/// `(d * da) - (dmin * da)` form of the k-quants with mins (Q4_K, Q5_K,
-/// Q2_K): `acc + (f32(S) * (d * da) - f32(M) * (dmin * da))`.
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn mins_update(
-    acc: __m256,
-    s: __m256i,
-    m: __m256i,
-    d: __m256,
-    dmin: __m256,
-    da: f32,
-) -> __m256 {
-    let da = _mm256_set1_ps(da);
-    let c = _mm256_sub_ps(
-        _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, da)),
-        _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dmin, da)),
-    );
-    _mm256_add_ps(acc, c)
-}
-
 /// Q4_K / Q5_K (`Q5`): 8 sub-blocks of 32 unsigned values, their scales
 /// broadcast per sub-block (`madd`), mins against the bsums.
 #[derive(Clone, Copy)]
@@ -551,7 +532,7 @@ impl<const Q5: bool> Avx2Block for K4<Q5> {
         a: &BlockQ8K,
     ) -> __m256 {
         // SAFETY: the caller's contract.
-        unsafe { mins_update(acc, s, m, d, dmin, a.d) }
+        add_scaled_mins(acc, s, m, d, dmin, a.d)
     }
 }
 
@@ -724,14 +705,10 @@ impl<const Q3: bool> Avx2Block for K16<Q3> {
         dmin: __m256,
         a: &BlockQ8K,
     ) -> __m256 {
-        // SAFETY: AVX2 (the caller's contract).
-        unsafe {
-            if Q3 {
-                let c = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(a.d)));
-                _mm256_add_ps(acc, c)
-            } else {
-                mins_update(acc, s, m, d, dmin, a.d)
-            }
+        if Q3 {
+            add_scaled(acc, s, d, a.d)
+        } else {
+            add_scaled_mins(acc, s, m, d, dmin, a.d)
         }
     }
 }

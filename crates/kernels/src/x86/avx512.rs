@@ -13,9 +13,9 @@
 use core::arch::x86_64::*;
 
 use super::{
-    add_scaled, fp16x8_rows, fp16x8x2_rows, i8x8, iq4_levels, iq4_table, iq4_xs_scales_at,
-    k4_scale_bytes, load128, load256, q4_1_contrib, q4_values, q5_0_values, q5_1_values, read_u32,
-    reduce8, with_rows, Rows,
+    add_scaled, add_scaled_mins, fp16x8_rows, fp16x8x2_rows, i8x8, iq4_levels, iq4_table,
+    iq4_xs_scales_at, k4_scale_bytes, load128, load256, q4_1_contrib, q4_values, q5_0_values,
+    q5_1_values, read_u32, reduce8, with_rows, Rows,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
 use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0};
@@ -546,12 +546,7 @@ unsafe fn k4_rows<const Q5: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut
             let (d, dmin) = fp16x8x2_rows(&s, q4_k::D);
             (reduce8x16(&sv), k4_mins8(&scm, b4), d, dmin)
         };
-        let da = _mm256_set1_ps(a.d);
-        let c = _mm256_sub_ps(
-            _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da)),
-            _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
-        );
-        acc = _mm256_add_ps(acc, c);
+        acc = add_scaled_mins(acc, sv, mv, d, dmin, a.d);
         s.prefetch();
         s.advance();
     }
@@ -970,14 +965,88 @@ forward_pair!(
     q3_k_group
 );
 
+/// The biased codebook `cb_i8 ^ 0x80 = cb + 128` (u8) in every 128-bit
+/// lane: the `pshufb` table of [`cq4_kg_weights`].
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) fn cq4_biased_table(lut: &CbLut) -> __m512i {
+    let mut biased = [0u8; 16];
+    for (d, &c) in biased.iter_mut().zip(lut.cb_i8()) {
+        *d = (c as u8) ^ 0x80;
+    }
+    // SAFETY: `biased` is 16 bytes.
+    _mm512_broadcast_i32x4(unsafe { load128(biased.as_ptr()) })
+}
+
+/// The 256 weights of the kg-block at `blk` (64 channels x 4 columns) as
+/// biased codebook values (`table` of [`cq4_biased_table`]), one channel's
+/// 4 weights per i32 lane: vectors `2h`, `2h + 1` hold the unpacked low /
+/// high halves of the 64 bytes at `blk + 64 h`, i.e. channels `{0-3, 8-11,
+/// 16-19, 24-27}` / `{4-7, 12-15, ..}` of those 32 (put back in order by
+/// [`cq4_group_terms`]).
+///
+/// # Safety
+/// The `avx512` tier's features; `blk..blk + 128` readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn cq4_kg_weights(blk: *const u8, table: __m512i) -> [__m512i; 4] {
+    let m4 = _mm512_set1_epi8(0x0F);
+    let mut w = [_mm512_setzero_si512(); 4];
+    for h in 0..2 {
+        // SAFETY: as the caller guarantees (64 h + 64 <= 128).
+        let bytes = unsafe { load512(blk.add(64 * h)) };
+        let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, m4));
+        let hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(bytes), m4));
+        w[2 * h] = _mm512_unpacklo_epi8(lo, hi);
+        w[2 * h + 1] = _mm512_unpackhi_epi8(lo, hi);
+    }
+    w
+}
+
+/// A group's contribution per 16 channels, in channel order, from its
+/// `vpdpbusd` sums `acc` (lane order of [`cq4_kg_weights`]) and the
+/// activation row's group `qsum` and `scale`: `(f32(acc - 128 qsum) *
+/// scale) * folded` (the scalar kernel's f32 order; the caller adds it).
+///
+/// # Safety
+/// The `avx512` tier's features; `folded..folded + 256` readable (the
+/// group's 64 f32).
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn cq4_group_terms(
+    acc: &[__m512i; 4],
+    qsum: i32,
+    scale: f32,
+    folded: *const u8,
+) -> [__m512; 4] {
+    let idx_a = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    let idx_b = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    let bias = _mm512_set1_epi32(128 * qsum);
+    let sc = _mm512_set1_ps(scale);
+    let mut terms = [_mm512_setzero_ps(); 4];
+    for h in 0..2 {
+        let (u, v) = (
+            _mm512_sub_epi32(acc[2 * h], bias),
+            _mm512_sub_epi32(acc[2 * h + 1], bias),
+        );
+        let first = _mm512_permutex2var_epi32(u, idx_a, v);
+        let second = _mm512_permutex2var_epi32(u, idx_b, v);
+        for (i, iv) in [(2 * h, first), (2 * h + 1, second)] {
+            // SAFETY: as the caller guarantees (channels 16i..16i + 16).
+            let f = unsafe { _mm512_loadu_ps(folded.add(16 * i * 4).cast()) };
+            terms[i] = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(iv), sc), f);
+        }
+    }
+    terms
+}
+
 /// CQ4 super-block kernel (64 channels), `vpdpbusd` on 512-bit vectors.
 ///
-/// Per kg-block: two 64-byte vectors (32 channels each); nibbles are looked
-/// up in the biased codebook `cb_i8 + 128` (u8), re-interleaved into one
-/// channel per i32 lane, and `vpdpbusd` accumulates
-/// `sum (cb + 128) q = isum + 128 * qsum[g]`. Lane order after the unpack
-/// is `{0-3, 8-11, 16-19, 24-27}`, `{4-7, 12-15, ..}` per 32 channels;
-/// `vpermt2d` restores it once per group.
+/// Per kg-block: the 128 bytes looked up in the biased codebook
+/// ([`cq4_kg_weights`]) and `vpdpbusd` against the 4 activations, which
+/// accumulates `sum (cb + 128) q = isum + 128 * qsum[g]`; per group
+/// [`cq4_group_terms`] removes the bias, restores the channel order and
+/// scales.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL and VNNI.
@@ -993,15 +1062,7 @@ pub unsafe fn cq4_superblock(
         act.q.len() >= ng * 128 && act.scale.len() >= ng && act.qsum.len() >= ng,
         "activations"
     );
-    let mut biased = [0u8; 16];
-    for (d, &c) in biased.iter_mut().zip(lut.cb_i8()) {
-        *d = (c as u8) ^ 0x80;
-    }
-    // SAFETY: `biased` is 16 bytes.
-    let table = _mm512_broadcast_i32x4(unsafe { load128(biased.as_ptr()) });
-    let m4 = _mm512_set1_epi8(0x0F);
-    let idx_a = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-    let idx_b = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    let table = cq4_biased_table(lut);
     let panels = b.panels().as_ptr();
     let folded = b.folded_bytes().as_ptr();
     let q = act.q.as_ptr().cast::<u8>();
@@ -1019,36 +1080,17 @@ pub unsafe fn cq4_superblock(
                 let ahead = blk.wrapping_add(super::CQ4_PREFETCH_BYTES);
                 _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
                 _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64).cast());
-                for h in 0..2 {
-                    let bytes = _mm512_loadu_si512(blk.add(64 * h).cast());
-                    let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, m4));
-                    let hi = _mm512_shuffle_epi8(
-                        table,
-                        _mm512_and_si512(_mm512_srli_epi16::<4>(bytes), m4),
-                    );
-                    acc[2 * h] = _mm512_dpbusd_epi32(acc[2 * h], _mm512_unpacklo_epi8(lo, hi), qd);
-                    acc[2 * h + 1] =
-                        _mm512_dpbusd_epi32(acc[2 * h + 1], _mm512_unpackhi_epi8(lo, hi), qd);
+                let w = cq4_kg_weights(blk, table);
+                for (a, wj) in acc.iter_mut().zip(&w) {
+                    *a = _mm512_dpbusd_epi32(*a, *wj, qd);
                 }
             }
         }
-        let bias = _mm512_set1_epi32(128 * act.qsum[g]);
-        let sc = _mm512_set1_ps(act.scale[g]);
-        for h in 0..2 {
-            let (u, v) = (
-                _mm512_sub_epi32(acc[2 * h], bias),
-                _mm512_sub_epi32(acc[2 * h + 1], bias),
-            );
-            let first = _mm512_permutex2var_epi32(u, idx_a, v);
-            let second = _mm512_permutex2var_epi32(u, idx_b, v);
-            for (i, iv) in [(2 * h, first), (2 * h + 1, second)] {
-                // SAFETY: folded holds ng * 64 f32; channels 16i..16i+16 of group g.
-                let f = unsafe { _mm512_loadu_ps(folded.add((g * 64 + 16 * i) * 4).cast()) };
-                accf[i] = _mm512_add_ps(
-                    accf[i],
-                    _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(iv), sc), f),
-                );
-            }
+        // SAFETY: folded holds ng * 64 f32; group g's are at 256 g.
+        let terms =
+            unsafe { cq4_group_terms(&acc, act.qsum[g], act.scale[g], folded.add(g * 256)) };
+        for (a, t) in accf.iter_mut().zip(terms) {
+            *a = _mm512_add_ps(*a, t);
         }
     }
     for (i, a) in accf.iter().enumerate() {

@@ -6,23 +6,23 @@
 //! exact integer sums and, per row, the same f32 operations in the same
 //! order.
 //!
-//! Per kg-block (64 channels x 4 columns, 128 bytes): the two 64-byte
-//! halves are looked up in the biased codebook `cb_i8 ^ 0x80 = cb + 128`
-//! (u8) and re-interleaved so an i32 lane holds one channel's 4 weights,
-//! exactly as the GEMV does; then for each row the 4 activations of the
+//! Per kg-block (64 channels x 4 columns, 128 bytes): the weights are
+//! decoded by the GEMV's own [`cq4_kg_weights`] (biased codebook `cb +
+//! 128`, one channel's 4 weights per i32 lane); then for each row the 4 activations of the
 //! kg-block are broadcast (a load) and four `vpdpbusd` add
 //! `sum (cb + 128) q` into the row's 4 accumulators (64 channels). After the
-//! group, `128 * qsum` is subtracted (the bias of the unsigned operand),
-//! the lanes are put back in channel order and the GEMV's f32 step runs:
-//! `out += (f32(isum) * scale) * folded`. Per row that is 1 load and 4
+//! group, the GEMV's [`cq4_group_terms`] subtracts `128 * qsum` (the bias
+//! of the unsigned operand), puts the lanes back in channel order and
+//! scales: `out += (f32(isum) * scale) * folded`. Per row that is 1 load and 4
 //! `vpdpbusd` per 256 weights, where the GEMV also spends 14 operations on
 //! decoding them.
 //!
-//! The ggml formats have no kernel here: the `avx512` tier runs their GEMV
-//! kernel per row (KERNELS.md §GEMM).
+//! The ggml formats have no kernel here (the `avx512` table borrows the
+//! `avx2` multi-row kernels of Q4_0 / Q4_K / Q6_K; KERNELS.md §GEMM).
 
 use core::arch::x86_64::*;
 
+use super::avx512::{cq4_biased_table, cq4_group_terms, cq4_kg_weights};
 use super::read_u32;
 use crate::act::{Cq4Rows, CQ4_TILE_ROWS};
 use crate::operands::{CbLut, PanelBlock, KG_BYTES, KG_PER_GROUP};
@@ -48,11 +48,6 @@ unsafe fn cq4_rows<const MT: usize>(
     table: __m512i,
     out: &mut [f32],
 ) {
-    let m4 = _mm512_set1_epi8(0x0F);
-    // The unpacks leave lanes {0-3, 8-11, 16-19, 24-27} / {4-7, 12-15, ..}
-    // of each 32 channels (as in the GEMV kernel).
-    let idx_a = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-    let idx_b = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
     let kp = rows.cols();
     let panels = b.panels().as_ptr();
     let folded = b.folded_bytes().as_ptr();
@@ -74,15 +69,7 @@ unsafe fn cq4_rows<const MT: usize>(
                 _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
                 _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64).cast());
             }
-            let mut w = [_mm512_setzero_si512(); 4];
-            for h in 0..2 {
-                let bytes = _mm512_loadu_si512(blk.add(64 * h).cast());
-                let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, m4));
-                let hi =
-                    _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(bytes), m4));
-                w[2 * h] = _mm512_unpacklo_epi8(lo, hi);
-                w[2 * h + 1] = _mm512_unpackhi_epi8(lo, hi);
-            }
+            let w = cq4_kg_weights(blk, table);
             for (r, ar) in acc.iter_mut().enumerate() {
                 let qd = _mm512_set1_epi32(read_u32(tile.add(64 * s + 4 * (r0 + r))) as i32);
                 for (a, wj) in ar.iter_mut().zip(&w) {
@@ -93,27 +80,13 @@ unsafe fn cq4_rows<const MT: usize>(
     }
     for (r, ar) in acc.iter().enumerate() {
         let i = i0 + r;
-        let bias = _mm512_set1_epi32(128 * rows.qsum(i, g));
-        let sc = _mm512_set1_ps(rows.scale(i, g));
-        for h in 0..2 {
-            let (u, v) = (
-                _mm512_sub_epi32(ar[2 * h], bias),
-                _mm512_sub_epi32(ar[2 * h + 1], bias),
-            );
-            let first = _mm512_permutex2var_epi32(u, idx_a, v);
-            let second = _mm512_permutex2var_epi32(u, idx_b, v);
-            for (j, iv) in [(2 * h, first), (2 * h + 1, second)] {
-                // SAFETY: folded holds ng * 64 f32 (channels 16j..16j + 16
-                // of group g); out holds 64 per row (i < rows.rows()).
-                unsafe {
-                    let f = _mm512_loadu_ps(folded.add((g * 64 + 16 * j) * 4).cast());
-                    let o = out.as_mut_ptr().add(64 * i + 16 * j);
-                    let y = _mm512_add_ps(
-                        _mm512_loadu_ps(o),
-                        _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(iv), sc), f),
-                    );
-                    _mm512_storeu_ps(o, y);
-                }
+        // SAFETY: folded holds ng * 64 f32 (group g's at 256 g); out holds
+        // 64 per row (i < rows.rows()).
+        unsafe {
+            let terms = cq4_group_terms(ar, rows.qsum(i, g), rows.scale(i, g), folded.add(g * 256));
+            for (j, t) in terms.into_iter().enumerate() {
+                let o = out.as_mut_ptr().add(64 * i + 16 * j);
+                _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), t));
             }
         }
     }
@@ -137,12 +110,7 @@ pub unsafe fn cq4_superblock_gemm(
         rows.groups() == ng && out.len() == 64 * m,
         "GEMM tile shape"
     );
-    let mut biased = [0u8; 16];
-    for (d, &c) in biased.iter_mut().zip(lut.cb_i8()) {
-        *d = (c as u8) ^ 0x80;
-    }
-    // SAFETY: `biased` is 16 bytes.
-    let table = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(biased.as_ptr().cast()) });
+    let table = cq4_biased_table(lut);
     out.fill(0.0);
     for g in 0..ng {
         let mut i0 = 0;

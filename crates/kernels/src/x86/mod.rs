@@ -66,6 +66,27 @@ pub(crate) fn add_scaled(acc: __m256, s: __m256i, d: __m256, da: f32) -> __m256 
     _mm256_add_ps(acc, c)
 }
 
+/// `acc + (f32(s) * (d * da) - f32(m) * (dmin * da))` lane-wise: the block
+/// formula of the k-quants with mins (Q4_K, Q5_K, Q2_K) for 8 rows, in the
+/// scalar order.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn add_scaled_mins(
+    acc: __m256,
+    s: __m256i,
+    m: __m256i,
+    d: __m256,
+    dmin: __m256,
+    da: f32,
+) -> __m256 {
+    let da = _mm256_set1_ps(da);
+    let c = _mm256_sub_ps(
+        _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, da)),
+        _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dmin, da)),
+    );
+    _mm256_add_ps(acc, c)
+}
+
 /// How far ahead the CQ4 kernels prefetch panel bytes.
 pub(crate) const CQ4_PREFETCH_BYTES: usize = 2048;
 
