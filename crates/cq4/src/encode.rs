@@ -842,7 +842,7 @@ impl PanelEncoder {
         let e = self.filter_bound;
         let padded = codebook::padded_thresholds(mid);
         let mut fallbacks = 0u64;
-        let (bpanels, _) = rot.packed.as_chunks::<NR>();
+        let (bpanels, _) = rot.packed.as_slice().as_chunks::<NR>();
         // Row groups of a pass's tiles share each R panel while it is in L1.
         let pass = simd::tiles_per_pass(self.isa);
         for rb0 in (0..nrb).step_by(pass) {
@@ -1192,7 +1192,7 @@ mod tests {
                     v.iter().map(|&x| fixed(x, norm)).collect()
                 })
                 .collect();
-            let (bpanels, _) = rot.packed.as_chunks::<NR>();
+            let (bpanels, _) = rot.packed.as_slice().as_chunks::<NR>();
             for t in simd::EncodeIsa::available() {
                 let mut worst = 0.0f64;
                 for rb in ufs.chunks(MR) {

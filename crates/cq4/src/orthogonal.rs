@@ -39,6 +39,54 @@ const QP: usize = 32;
 /// working memory (4.3 GB at 16384) and `O(Kp^3)` time.
 pub const MAX_ORTHOGONAL_KP: usize = 16384;
 
+/// f32 values whose first one starts a 64-byte cache line, so that a
+/// 16-value row at a multiple of 16 is one line: the filter tile loads one
+/// row of an R panel per step, and a row split across two lines costs a
+/// second line access on every load (a large `Vec` from the allocator
+/// starts 16 bytes into a page). Safe code: the buffer holds up to 15
+/// values more and the view starts where the alignment is, found from the
+/// buffer's address each time (a clone re-lays its values out).
+pub(crate) struct LineAligned {
+    buf: Vec<f32>,
+    len: usize,
+}
+
+/// Values per cache line.
+const LINE_VALUES: usize = 64 / std::mem::size_of::<f32>();
+
+impl LineAligned {
+    pub(crate) fn zeroed(len: usize) -> Self {
+        LineAligned {
+            buf: vec![0.0; len + LINE_VALUES - 1],
+            len,
+        }
+    }
+
+    fn offset(&self) -> usize {
+        // An f32 buffer is 4-byte aligned: the values to the next line.
+        let into_line = (self.buf.as_ptr() as usize / std::mem::size_of::<f32>()) % LINE_VALUES;
+        (LINE_VALUES - into_line) % LINE_VALUES
+    }
+
+    pub(crate) fn as_slice(&self) -> &[f32] {
+        let o = self.offset();
+        &self.buf[o..o + self.len]
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [f32] {
+        let o = self.offset();
+        &mut self.buf[o..o + self.len]
+    }
+}
+
+impl Clone for LineAligned {
+    fn clone(&self) -> Self {
+        let mut c = LineAligned::zeroed(self.len);
+        c.as_mut_slice().copy_from_slice(self.as_slice());
+        c
+    }
+}
+
 /// A dense orthogonal rotation for one padded width `Kp`.
 #[derive(Clone)]
 pub struct OrthogonalRotation {
@@ -47,8 +95,9 @@ pub struct OrthogonalRotation {
     r_bits: Vec<u16>,
     /// R^T as f32 (exact fp16 values), row-major `[j][k]` = R[k][j].
     pub(crate) rt32: Vec<f32>,
-    /// R as f32 packed in column panels of `NR`: panel `p` is `[k][NR]`.
-    pub(crate) packed: Vec<f32>,
+    /// R as f32 packed in column panels of `NR`: panel `p` is `[k][NR]`;
+    /// every row of a panel on a cache line of its own ([`LineAligned`]).
+    pub(crate) packed: LineAligned,
     /// Upper bound on the Euclidean norm of every column of R.
     pub(crate) max_col_norm: f64,
 }
@@ -427,8 +476,8 @@ impl OrthogonalRotation {
         if rt32.iter().any(|x| !x.is_finite()) {
             return Err(Cq4Error::BadRotation("R has a non-finite entry"));
         }
-        let mut packed = vec![0.0f32; r_bits.len()];
-        for (p, panel) in packed.chunks_exact_mut(kp * NR).enumerate() {
+        let mut packed = LineAligned::zeroed(r_bits.len());
+        for (p, panel) in packed.as_mut_slice().chunks_exact_mut(kp * NR).enumerate() {
             for (k, dst) in panel.chunks_exact_mut(NR).enumerate() {
                 for (q, d) in dst.iter_mut().enumerate() {
                     *d = f16_bits_to_f32(r_bits[k * kp + p * NR + q]);
@@ -486,6 +535,36 @@ impl OrthogonalRotation {
 mod tests {
     use super::*;
     use crate::rng::DEFAULT_SEED;
+
+    /// The view starts a cache line and has the requested length, for
+    /// buffers that the allocator placed at every offset into a line; a
+    /// clone (a new buffer, its own offset) holds the same values; and the
+    /// packed R panels of a rotation are such a view.
+    #[test]
+    fn line_aligned_views_start_a_cache_line() {
+        let mut offsets = std::collections::HashSet::new();
+        // Keep the buffers alive so the allocator hands out new addresses.
+        let mut keep = Vec::new();
+        for len in (0..200).chain([4096, 1 << 20]) {
+            let mut v = LineAligned::zeroed(len);
+            offsets.insert(v.offset());
+            for (i, x) in v.as_mut_slice().iter_mut().enumerate() {
+                *x = i as f32;
+            }
+            assert_eq!(v.as_slice().len(), len);
+            assert_eq!(v.as_slice().as_ptr() as usize % 64, 0, "len {len}");
+            let c = v.clone();
+            assert_eq!(c.as_slice().as_ptr() as usize % 64, 0);
+            assert_eq!(c.as_slice(), v.as_slice());
+            keep.push(v);
+            keep.push(c);
+        }
+        // (Small buffers come at several offsets into a line.)
+        assert!(offsets.len() > 1, "offsets seen: {offsets:?}");
+        let r = OrthogonalRotation::new(DEFAULT_SEED, 128).unwrap();
+        assert_eq!(r.packed.as_slice().as_ptr() as usize % 64, 0);
+        assert_eq!(r.packed.as_slice().len(), 128 * 128);
+    }
 
     fn gram_error(q: &[f64], n: usize) -> f64 {
         let mut worst = 0.0f64;

@@ -90,6 +90,13 @@ fn tiles_by_halves<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
         for h in 0..2 {
             let mut acc = [[_mm256_setzero_ps(); MR]; N];
             for k in 0..KB {
+                // The row PREFETCH_ROWS ahead into L1 (as the AVX-512 tile
+                // does; the second half's pass finds it there already).
+                _mm_prefetch::<_MM_HINT_T0>(
+                    b.as_ptr()
+                        .wrapping_add(blk * KB + k + super::PREFETCH_ROWS)
+                        .cast(),
+                );
                 // SAFETY: `bb[k]` is a `[f32; 16]` and h < 2: the 8-lane
                 // unaligned load reads its half h.
                 let bv = unsafe { _mm256_loadu_ps(bb[k].as_ptr().add(8 * h)) };

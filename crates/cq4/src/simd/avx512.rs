@@ -21,7 +21,11 @@ pub(super) fn tiles<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
 /// accumulator chains and one load of R per `N * MR` fused multiply-adds.
 /// One tile alone (4 chains, a load of R per 4 FMAs) waits on the loads of
 /// R, which stream from L2 (a 640-wide R is 1.6 MB); four tiles measured
-/// best on the one AVX-512 guest (docs/BENCHMARKS.md, issue 13). The caller
+/// best on the one AVX-512 guest (docs/BENCHMARKS.md, issue 13). The rows
+/// of R are prefetched into L1 [`super::PREFETCH_ROWS`] ahead: the panel
+/// (40 KB at Kp = 640) and the four tiles' rows (as much again) do not both
+/// stay in a 48 KB L1, and the hardware prefetchers left the loop at about
+/// 70 % of its in-L1 rate (docs/BENCHMARKS.md, session 19). The caller
 /// gives every `a[i]` the length of `b`, a multiple of `KB`.
 #[target_feature(enable = "avx512f")]
 fn tile_n<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
@@ -32,6 +36,14 @@ fn tile_n<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
         let ab: [&[APack; KB]; N] = std::array::from_fn(|t| &ablocks[t][blk]);
         let mut acc = [[_mm512_setzero_ps(); MR]; N];
         for k in 0..KB {
+            // The row PREFETCH_ROWS ahead into L1 (past the panel's end: the
+            // next panel's start, which the caller's next pass reads; a
+            // prefetch of any address is harmless, so wrapping arithmetic).
+            _mm_prefetch::<_MM_HINT_T0>(
+                b.as_ptr()
+                    .wrapping_add(blk * KB + k + super::PREFETCH_ROWS)
+                    .cast(),
+            );
             // SAFETY: `bb[k]` is a `[f32; 16]`: the 16-lane unaligned load
             // reads exactly it.
             let bv = unsafe { _mm512_loadu_ps(bb[k].as_ptr()) };
