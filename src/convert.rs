@@ -451,68 +451,113 @@ fn write_portion(
             estimate: estimate.as_ref(),
             hash_source: hashed.is_none(),
             checked: check,
+            parallel_done: None,
         };
-        let mut done: Vec<Job> = order
-            .par_iter()
-            .with_max_len(1)
-            .map(|&i| {
-                let job = &plan.jobs[i];
-                let t = job.tensor;
-                let src = hashed.map(|h| match h.get(&i) {
-                    Some(h) => h.clone(),
-                    None => digest::tensor_sha256(cat, t),
-                });
-                let imp =
-                    writers::importance(&ctx, job).map(|(a, _)| writers::importance_sha256(a));
-                let kept = match (resume, &src) {
-                    (Some(r), Some(src)) => r.keep(i, job, src, imp.as_deref(), dir)?,
-                    _ => None,
-                };
-                let reused = kept.is_some();
-                let mut entry = match kept {
-                    Some(e) => e,
-                    None => {
-                        let mut e = writers::run(&ctx, job)?;
-                        if src.is_some() {
-                            e.source_sha256 = src;
-                        }
-                        if matches!(job.action, Action::Source(_)) {
-                            e.source_file = Some(source_name(cat, cat.file_of(t)));
-                        }
-                        e
+        let run_one = |i: usize, ctx: &writers::Ctx<'_>| -> Result<Job> {
+            let job = &plan.jobs[i];
+            let t = job.tensor;
+            let src = hashed.map(|h| match h.get(&i) {
+                Some(h) => h.clone(),
+                None => digest::tensor_sha256(cat, t),
+            });
+            let imp = writers::importance(ctx, job).map(|(a, _)| writers::importance_sha256(a));
+            let kept = match (resume, &src) {
+                (Some(r), Some(src)) => r.keep(i, job, src, imp.as_deref(), dir)?,
+                _ => None,
+            };
+            let reused = kept.is_some();
+            let mut entry = match kept {
+                Some(e) => e,
+                None => {
+                    let mut e = writers::run(ctx, job)?;
+                    if src.is_some() {
+                        e.source_sha256 = src;
                     }
-                };
-                if matches!(job.action, Action::Source(_)) {
-                    // Filled from the source file's digest by `assemble`.
-                    entry.sha256 = String::new();
+                    if matches!(job.action, Action::Source(_)) {
+                        e.source_file = Some(source_name(cat, cat.file_of(t)));
+                    }
+                    e
                 }
-                // The file's self-check while its pages are in the cache; a
-                // sidecar of moved blocks is compared with the source bytes.
-                let failed = match (&entry.file, check) {
-                    (Some(f), true) => {
-                        let copied = matches!(
-                            job.action,
-                            Action::Sidecar {
-                                requantize: false,
-                                ..
-                            }
-                        );
-                        crate::verify::check_staged_file(
-                            dir.staging(),
-                            f,
-                            copied.then(|| cat.data(t)),
-                        )
+            };
+            if matches!(job.action, Action::Source(_)) {
+                // Filled from the source file's digest by `assemble`.
+                entry.sha256 = String::new();
+            }
+            // The file's self-check while its pages are in the cache; a
+            // sidecar of moved blocks is compared with the source bytes.
+            let failed = match (&entry.file, check) {
+                (Some(f), true) => {
+                    let copied = matches!(
+                        job.action,
+                        Action::Sidecar {
+                            requantize: false,
+                            ..
+                        }
+                    );
+                    crate::verify::check_staged_file(dir.staging(), f, copied.then(|| cat.data(t)))
                         .err()
                         .map(|why| (f.clone(), why))
-                    }
-                    _ => None,
+                }
+                _ => None,
+            };
+            // The tensor's mapped pages leave the resident set.
+            cat.release(t, 0, t.n_bytes);
+            pb.inc(t.n_bytes);
+            Ok((i, entry, reused, failed))
+        };
+        let run_all = |jobs: &[usize]| -> Result<Vec<Job>> {
+            jobs.par_iter()
+                .with_max_len(1)
+                .map(|&i| run_one(i, &ctx))
+                .collect()
+        };
+        // A job that costs more than a thread's share is the run's long
+        // pole: run among the others, it gets the other threads only once
+        // they run out of jobs, and then ends the run alone with the part
+        // of it that is one thread's (a CQ4 file's header and its hash read
+        // back, the self-check's set-up). So it runs first on every thread
+        // (the others take its encoding's tasks) until its writer says its
+        // parallel part is done (`Ctx::parallel_done`), and the other jobs
+        // start then, beside its sequential end.
+        let costs: u64 = order.iter().map(|&i| shard::job_cost(&plan.jobs[i])).sum();
+        let pole = order
+            .first()
+            .filter(|&&i| threads > 1 && shard::job_cost(&plan.jobs[i]) > costs / threads as u64);
+        let mut done: Vec<Job> = match pole {
+            None => run_all(&order)?,
+            Some(&first) => {
+                let parallel_done = AtomicBool::new(false);
+                let failed = AtomicBool::new(false);
+                let pole_ctx = writers::Ctx {
+                    parallel_done: Some(&parallel_done),
+                    ..ctx
                 };
-                // The tensor's mapped pages leave the resident set.
-                cat.release(t, 0, t.n_bytes);
-                pb.inc(t.n_bytes);
-                Ok((i, entry, reused, failed))
-            })
-            .collect::<Result<_>>()?;
+                let (a, b) = rayon::join(
+                    || {
+                        let r = run_one(first, &pole_ctx);
+                        failed.store(r.is_err(), Ordering::Relaxed);
+                        parallel_done.store(true, Ordering::Release);
+                        r
+                    },
+                    || {
+                        while !parallel_done.load(Ordering::Acquire) {
+                            // Help with the long job's tasks, or wait.
+                            if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                                std::thread::sleep(std::time::Duration::from_micros(50));
+                            }
+                        }
+                        if failed.load(Ordering::Relaxed) {
+                            // (Its error is the run's: no other job starts.)
+                            return Ok(Vec::new());
+                        }
+                        run_all(&order[1..])
+                    },
+                );
+                let mut all = b?;
+                all.push(a?);
+                all
+            }
+        };
         pb.finish_and_clear();
         done.sort_by_key(|j| j.0);
         Ok(done)

@@ -34,6 +34,11 @@ pub struct Ctx<'a> {
     /// the check instead of releasing them as it goes (the check would
     /// fault them back in; the caller releases them after the check).
     pub checked: bool,
+    /// Set by a writer once the part of its job that runs on every thread
+    /// is done (a CQ4 matrix: its encoding; what is left runs on one
+    /// thread): the scheduler starts the other jobs then, beside the rest
+    /// of this one. `None` for jobs run among the others.
+    pub parallel_done: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 /// Jobs that, with [`Ctx::hash_source`], hash their source tensor as they

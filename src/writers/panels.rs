@@ -149,6 +149,11 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
             Ok(())
         },
     )?;
+    if let Some(done) = ctx.parallel_done {
+        // The rest (the last chunk's write, the scales blob, the hash read
+        // back) is one thread's.
+        done.store(true, std::sync::atomic::Ordering::Release);
+    }
     w.write_all(&written)?;
     let source_sha256 = src_hash.map(|mut h| {
         // (Bytes past the last whole row, if the rows do not divide them.)
