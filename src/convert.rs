@@ -520,9 +520,15 @@ fn write_portion(
         // parallel part is done (`Ctx::parallel_done`), and the other jobs
         // start then, beside its sequential end.
         let costs: u64 = order.iter().map(|&i| shard::job_cost(&plan.jobs[i])).sum();
-        let pole = order
-            .first()
-            .filter(|&&i| threads > 1 && shard::job_cost(&plan.jobs[i]) > costs / threads as u64);
+        // (Only a CQ4 matrix: its encoding is what runs on every thread and
+        // its writer says when that is done; another job's writer may run
+        // on one thread throughout, and would leave the others idle.)
+        let pole = order.first().filter(|&&i| {
+            let job = &plan.jobs[i];
+            threads > 1
+                && matches!(job.action, Action::Panels { .. })
+                && shard::job_cost(job) > costs / threads as u64
+        });
         let mut done: Vec<Job> = match pole {
             None => run_all(&order)?,
             Some(&first) => {
