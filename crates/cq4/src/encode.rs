@@ -843,68 +843,65 @@ impl PanelEncoder {
         let padded = codebook::padded_thresholds(mid);
         let mut fallbacks = 0u64;
         let (bpanels, _) = rot.packed.as_slice().as_chunks::<NR>();
-        // Row groups of a pass's tiles share each R panel while it is in L1.
-        let pass = simd::tiles_per_pass(self.isa);
-        for rb0 in (0..nrb).step_by(pass) {
-            let rb1 = (rb0 + pass).min(nrb);
-            for (p, bpanel) in bpanels.chunks_exact(kp).enumerate() {
-                // The panel's NR columns are NR / 4 column quads of one group.
-                let j0 = p * NR;
-                let quad0 = (j0 / GROUP_SIZE) * (GROUP_SIZE / 4) + (j0 % GROUP_SIZE) / 4;
-                // The decisions of tile `rb` (its MR rows).
-                let mut decide = |rb: usize, acc: &simd::Tile| {
-                    for (r, accr) in acc.iter().enumerate() {
-                        let c = rb * MR + r;
-                        if c >= cnt {
-                            break;
-                        }
-                        let (mut idx, mut unsure) = self.table.lookup_row(self.isa, accr);
-                        while unsure != 0 {
-                            let q = unsure.trailing_zeros() as usize;
-                            unsure &= unsure - 1;
-                            let (i, sure) = filter_decision(&padded, accr[q], e);
-                            idx[q] = if sure {
-                                i
-                            } else {
-                                fallbacks += 1;
-                                let j = j0 + q;
-                                let ufc = &mut uf[c * k..(c + 1) * k];
-                                if !uf_made[c] {
-                                    simd::fixed_row(
-                                        self.isa,
-                                        &rows[c * k..(c + 1) * k],
-                                        norm[c],
-                                        ufc,
-                                    );
-                                    uf_made[c] = true;
-                                }
-                                index_of(
-                                    mid,
-                                    simd::exact_dot(self.isa, ufc, &rot.rt32[j * kp..j * kp + k]),
-                                )
-                            };
-                        }
-                        for (t, qd) in idx.chunks_exact(4).enumerate() {
-                            let byte = (quad0 + t) * 128 + 2 * c;
-                            panel[byte] = qd[0] | (qd[1] << 4);
-                            panel[byte + 1] = qd[2] | (qd[3] << 4);
-                        }
-                    }
-                };
-                // A full group in one pass, a partial one tile by tile.
-                let mut rb = rb0;
-                match rb1 - rb0 {
-                    4 => rb = pass_tiles::<4>(self.isa, apack, kp, rb0, bpanel, &mut decide),
-                    3 => rb = pass_tiles::<3>(self.isa, apack, kp, rb0, bpanel, &mut decide),
-                    _ => {}
+        let panels: Vec<&[simd::BRow]> = bpanels.chunks_exact(kp).collect();
+        // The decisions of tile `rb` (its MR rows) against panel `p`.
+        let mut decide = |rb: usize, p: usize, acc: &simd::Tile| {
+            // The panel's NR columns are NR / 4 column quads of one group.
+            let j0 = p * NR;
+            let quad0 = (j0 / GROUP_SIZE) * (GROUP_SIZE / 4) + (j0 % GROUP_SIZE) / 4;
+            for (r, accr) in acc.iter().enumerate() {
+                let c = rb * MR + r;
+                if c >= cnt {
+                    break;
                 }
-                while rb < rb1 {
-                    decide(
-                        rb,
-                        &simd::tile(self.isa, &apack[rb * kp..(rb + 1) * kp], bpanel),
-                    );
-                    rb += 1;
+                let (mut idx, mut unsure) = self.table.lookup_row(self.isa, accr);
+                while unsure != 0 {
+                    let q = unsure.trailing_zeros() as usize;
+                    unsure &= unsure - 1;
+                    let (i, sure) = filter_decision(&padded, accr[q], e);
+                    idx[q] = if sure {
+                        i
+                    } else {
+                        fallbacks += 1;
+                        let j = j0 + q;
+                        let ufc = &mut uf[c * k..(c + 1) * k];
+                        if !uf_made[c] {
+                            simd::fixed_row(self.isa, &rows[c * k..(c + 1) * k], norm[c], ufc);
+                            uf_made[c] = true;
+                        }
+                        index_of(
+                            mid,
+                            simd::exact_dot(self.isa, ufc, &rot.rt32[j * kp..j * kp + k]),
+                        )
+                    };
                 }
+                for (t, qd) in idx.chunks_exact(4).enumerate() {
+                    let byte = (quad0 + t) * 128 + 2 * c;
+                    panel[byte] = qd[0] | (qd[1] << 4);
+                    panel[byte + 1] = qd[2] | (qd[3] << 4);
+                }
+            }
+        };
+        // Panels outermost: a pass's panels are read from L2 or L3 once
+        // per super-block and stay near while every row group of the
+        // super-block (its `uf`, 160 KB at Kp = 640, in L2) runs against
+        // them. (Row groups outermost streamed all of R, 1.6 MB at Kp = 640,
+        // once per row group: from L3 on a core with a 1.25 MB L2.)
+        let (tn, pn) = simd::grid_shape(self.isa);
+        for p0 in (0..panels.len()).step_by(pn) {
+            let pc = pn.min(panels.len() - p0);
+            for rb0 in (0..nrb).step_by(tn) {
+                let tc = tn.min(nrb - rb0);
+                pass_grid(
+                    self.isa,
+                    apack,
+                    kp,
+                    rb0,
+                    tc,
+                    &panels[p0..p0 + pc],
+                    p0,
+                    &mut decide,
+                );
             }
         }
         self.fallbacks.fetch_add(fallbacks, Ordering::Relaxed);
@@ -1116,22 +1113,59 @@ impl PanelEncoder {
     }
 }
 
-/// Tiles `rb .. rb + N` of packed rows `apack` (`kp` entries per tile) over
-/// one R panel in one pass of `isa` ([`simd::tiles`]), each handed to
-/// `decide` with its index; returns `rb + N`.
-fn pass_tiles<const N: usize>(
+/// The tiles `rb0 .. rb0 + tc` of `apack` against `panels` (the panels
+/// `p0 ..`) in one [`simd::grid`] pass, each result handed to `decide` with
+/// its tile and panel. `tc` and `panels.len()` are at most 4 and 3.
+#[allow(clippy::too_many_arguments)]
+fn pass_grid(
     isa: EncodeIsa,
     apack: &[APack],
     kp: usize,
-    rb: usize,
-    bpanel: &[simd::BRow],
-    decide: &mut impl FnMut(usize, &simd::Tile),
-) -> usize {
-    let a = std::array::from_fn(|t| &apack[(rb + t) * kp..(rb + t + 1) * kp]);
-    for (t, tile) in simd::tiles::<N>(isa, a, bpanel).iter().enumerate() {
-        decide(rb + t, tile);
+    rb0: usize,
+    tc: usize,
+    panels: &[&[simd::BRow]],
+    p0: usize,
+    decide: &mut impl FnMut(usize, usize, &simd::Tile),
+) {
+    fn run<const T: usize, const P: usize>(
+        isa: EncodeIsa,
+        apack: &[APack],
+        kp: usize,
+        rb0: usize,
+        panels: &[&[simd::BRow]],
+        p0: usize,
+        decide: &mut impl FnMut(usize, usize, &simd::Tile),
+    ) {
+        let a = std::array::from_fn(|t| &apack[(rb0 + t) * kp..(rb0 + t + 1) * kp]);
+        let b = std::array::from_fn(|p| panels[p]);
+        for (t, row) in simd::grid::<T, P>(isa, a, b).iter().enumerate() {
+            for (p, tile) in row.iter().enumerate() {
+                decide(rb0 + t, p0 + p, tile);
+            }
+        }
     }
-    rb + N
+    fn by_panels<const T: usize>(
+        isa: EncodeIsa,
+        apack: &[APack],
+        kp: usize,
+        rb0: usize,
+        panels: &[&[simd::BRow]],
+        p0: usize,
+        decide: &mut impl FnMut(usize, usize, &simd::Tile),
+    ) {
+        match panels.len() {
+            3 => run::<T, 3>(isa, apack, kp, rb0, panels, p0, decide),
+            2 => run::<T, 2>(isa, apack, kp, rb0, panels, p0, decide),
+            _ => run::<T, 1>(isa, apack, kp, rb0, panels, p0, decide),
+        }
+    }
+    assert!((1..=4).contains(&tc) && (1..=3).contains(&panels.len()));
+    match tc {
+        4 => by_panels::<4>(isa, apack, kp, rb0, panels, p0, decide),
+        3 => by_panels::<3>(isa, apack, kp, rb0, panels, p0, decide),
+        2 => by_panels::<2>(isa, apack, kp, rb0, panels, p0, decide),
+        _ => by_panels::<1>(isa, apack, kp, rb0, panels, p0, decide),
+    }
 }
 
 /// For an estimate `est` within `e` of the exact value: its index
@@ -1202,36 +1236,54 @@ mod tests {
                             d[r] = x as f32;
                         }
                     }
-                    for (p, bpanel) in bpanels.chunks_exact(kp).enumerate() {
+                    let panels: Vec<&[simd::BRow]> = bpanels.chunks_exact(kp).collect();
+                    for (p, &bpanel) in panels.iter().enumerate() {
                         let est = simd::tile(t, &apack, bpanel);
                         let sc = simd::scalar_tile(&apack, bpanel);
-                        // Four tiles in one pass are the four tiles, bit
-                        // for bit (the others: the rows in other orders).
+                        // Tiles in one grid pass are the tiles, bit for bit
+                        // (the others: the rows in other orders; the
+                        // panels: this one and the next two, wrapping).
                         let perm = |o: [usize; MR]| -> Vec<APack> {
                             apack.iter().map(|x| o.map(|i| x[i])).collect()
                         };
                         let others = [perm([3, 2, 1, 0]), perm([1, 2, 3, 0]), perm([2, 0, 3, 1])];
-                        let four = simd::tiles::<4>(
+                        let near = |d: usize| panels[(p + d) % panels.len()];
+                        let singles: Vec<[simd::Tile; 3]> =
+                            [&apack, &others[0], &others[1], &others[2]]
+                                .iter()
+                                .map(|x| [0, 1, 2].map(|d| simd::tile(t, x, near(d))))
+                                .collect();
+                        let bits = |x: &simd::Tile| x.map(|row| row.map(f64::to_bits));
+                        let check = |name: &str, got: &simd::Tile, want: &simd::Tile| {
+                            assert_eq!(bits(got), bits(want), "{t:?} kp {kp} panel {p} {name}")
+                        };
+                        // Four tiles of one panel (the scalar and NEON tiers' pass).
+                        let four = simd::grid::<4, 1>(
                             t,
                             [&apack, &others[0], &others[1], &others[2]],
-                            bpanel,
+                            [bpanel],
                         );
-                        let bits = |x: &simd::Tile| x.map(|row| row.map(f64::to_bits));
-                        assert_eq!(bits(&four[0]), bits(&est), "{t:?} kp {kp} tiles first");
-                        for (i, o) in others.iter().enumerate() {
-                            let single = simd::tile(t, o, bpanel);
-                            assert_eq!(
-                                bits(&four[i + 1]),
-                                bits(&single),
-                                "{t:?} kp {kp} tiles {}",
-                                i + 1
-                            );
+                        for (i, want) in singles.iter().enumerate() {
+                            check("4x1", &four[i][0], &want[0]);
                         }
-                        // So are three (the AVX2 tier's pass).
-                        let three = simd::tiles::<3>(t, [&others[1], &apack, &others[0]], bpanel);
-                        assert_eq!(bits(&three[0]), bits(&four[2]), "{t:?} kp {kp} three 0");
-                        assert_eq!(bits(&three[1]), bits(&est), "{t:?} kp {kp} three 1");
-                        assert_eq!(bits(&three[2]), bits(&four[1]), "{t:?} kp {kp} three 2");
+                        // Three tiles of one panel (the AVX2 tier's pass).
+                        let three =
+                            simd::grid::<3, 1>(t, [&others[1], &apack, &others[0]], [bpanel]);
+                        for (got, i) in three.iter().zip([2, 0, 1]) {
+                            check("3x1", &got[0], &singles[i][0]);
+                        }
+                        // Two tiles of three panels (the AVX-512 tier's pass),
+                        // and its remainders.
+                        let six =
+                            simd::grid::<2, 3>(t, [&others[2], &apack], [bpanel, near(1), near(2)]);
+                        for (got, i) in six.iter().zip([3, 0]) {
+                            for d in 0..3 {
+                                check("2x3", &got[d], &singles[i][d]);
+                            }
+                        }
+                        let two = simd::grid::<1, 2>(t, [&others[0]], [bpanel, near(1)]);
+                        check("1x2", &two[0][0], &singles[1][0]);
+                        check("1x2", &two[0][1], &singles[1][1]);
                         for (r, uf) in rb.iter().enumerate() {
                             for q in 0..NR {
                                 let j = p * NR + q;

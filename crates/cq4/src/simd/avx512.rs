@@ -8,71 +8,97 @@ use std::arch::x86_64::*;
 
 use super::{APack, BRow, Buckets, Tile, KB, MR, NR, TABLE_BUCKETS, UNCERTAIN};
 
-/// `N` tiles over one R panel in one pass: `[tile(a[0], b), .., tile(a[N-1], b)]`
-/// bit for bit (each output's chain of FMAs is the same; only more chains
-/// run side by side). Safe entry: checks the CPU, then runs the kernel.
-pub(super) fn tiles<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
-    assert!(std::arch::is_x86_feature_detected!("avx512f"));
-    // SAFETY: AVX-512F was detected on this CPU just above.
-    unsafe { tile_n(a, b) }
+/// `T x P` tiles in one pass, `T` row tiles against `P` R panels:
+/// `out[t][p]` is `tile(a[t], b[p])` bit for bit (each output's chain of
+/// FMAs is the same; only more chains run side by side). Safe entry:
+/// checks the CPU, then runs the kernel.
+pub(super) fn grid<const T: usize, const P: usize>(
+    a: [&[APack]; T],
+    b: [&[BRow]; P],
+) -> [[Tile; P]; T] {
+    assert!(
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+    );
+    // SAFETY: AVX-512F and AVX-512VL were detected on this CPU just above.
+    unsafe { grid_avx512(a, b) }
 }
 
-/// `N` tiles sharing each loaded row of R: `N * MR` independent
-/// accumulator chains and one load of R per `N * MR` fused multiply-adds.
-/// One tile alone (4 chains, a load of R per 4 FMAs) waits on the loads of
-/// R, which stream from L2 (a 640-wide R is 1.6 MB); four tiles measured
-/// best on the one AVX-512 guest (docs/BENCHMARKS.md, issue 13). The rows
-/// of R are prefetched into L1 [`super::PREFETCH_ROWS`] ahead: the panel
-/// (40 KB at Kp = 640) and the four tiles' rows (as much again) do not both
-/// stay in a 48 KB L1, and the hardware prefetchers left the loop at about
-/// 70 % of its in-L1 rate (docs/BENCHMARKS.md, session 19). The caller
-/// gives every `a[i]` the length of `b`, a multiple of `KB`.
-#[target_feature(enable = "avx512f")]
-fn tile_n<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
-    let mut out = [[[_mm512_setzero_pd(); NR / 8]; MR]; N];
-    let (bblocks, _) = b.as_chunks::<KB>();
-    let ablocks: [&[[APack; KB]]; N] = a.map(|x| x.as_chunks::<KB>().0);
-    for (blk, bb) in bblocks.iter().enumerate() {
-        let ab: [&[APack; KB]; N] = std::array::from_fn(|t| &ablocks[t][blk]);
-        let mut acc = [[_mm512_setzero_ps(); MR]; N];
+/// `T` tiles (of `MR` rows) against `P` panels: `T * MR * P` independent
+/// accumulator chains, per term `P` vector loads of R and `T * MR`
+/// broadcasts of `uf`, each broadcast feeding `P` FMAs. The broadcasts are
+/// loads (an FMA's memory operand), so the shape sets the loads per FMA:
+/// 4 tiles x 1 panel (the kernel until session 20: 17 loads per 16 FMAs)
+/// ran at 42 G multiply-adds/s per core on an Ice Lake Xeon, 2 tiles x 3
+/// panels (24 chains, 11 loads per 24 FMAs, the shape of BLIS-like SGEMM
+/// kernels) at 72, against the core's 77 (C models of both;
+/// docs/BENCHMARKS.md, session 20). The rows of each panel are prefetched
+/// into L1 [`super::PREFETCH_ROWS`] ahead (session 19: the hardware
+/// prefetchers alone left the loop at ~70 % of its in-L1 rate). The caller
+/// gives every `a[t]` and `b[p]` one length, a
+/// multiple of `KB`.
+///
+/// AVX-512VL is enabled for the registers, not for an instruction: with
+/// AVX-512F alone LLVM zeroes and copies vectors with VEX-encoded
+/// instructions, which reach only registers 0 - 15, and the 24 chains
+/// were spilled to the stack (the kernel ran at a quarter of its speed).
+#[target_feature(enable = "avx512f,avx512vl")]
+fn grid_avx512<const T: usize, const P: usize>(
+    a: [&[APack]; T],
+    b: [&[BRow]; P],
+) -> [[Tile; P]; T] {
+    // The f64 sums live in memory (`res`): they are touched once per
+    // block, and as registers (48 of them) they crowded the chains out.
+    let mut res = [[[[0.0f64; NR]; MR]; P]; T];
+    let bblocks: [&[[BRow; KB]]; P] = b.map(|x| x.as_chunks::<KB>().0);
+    let ablocks: [&[[APack; KB]]; T] = a.map(|x| x.as_chunks::<KB>().0);
+    for blk in 0..ablocks[0].len() {
+        let ab: [&[APack; KB]; T] = std::array::from_fn(|t| &ablocks[t][blk]);
+        let bb: [&[BRow; KB]; P] = std::array::from_fn(|p| &bblocks[p][blk]);
+        let mut acc = [[[_mm512_setzero_ps(); P]; MR]; T];
         for k in 0..KB {
-            // The row PREFETCH_ROWS ahead into L1 (past the panel's end: the
-            // next panel's start, which the caller's next pass reads; a
-            // prefetch of any address is harmless, so wrapping arithmetic).
-            _mm_prefetch::<_MM_HINT_T0>(
-                b.as_ptr()
-                    .wrapping_add(blk * KB + k + super::PREFETCH_ROWS)
-                    .cast(),
-            );
-            // SAFETY: `bb[k]` is a `[f32; 16]`: the 16-lane unaligned load
-            // reads exactly it.
-            let bv = unsafe { _mm512_loadu_ps(bb[k].as_ptr()) };
+            let mut bv = [_mm512_setzero_ps(); P];
+            for p in 0..P {
+                // The row PREFETCH_ROWS ahead into L1 (past the panel's
+                // end: the next panel's start, which a later pass reads; a
+                // prefetch of any address is harmless, so wrapping
+                // arithmetic).
+                _mm_prefetch::<_MM_HINT_T0>(
+                    b[p].as_ptr()
+                        .wrapping_add(blk * KB + k + super::PREFETCH_ROWS)
+                        .cast(),
+                );
+                // SAFETY: `bb[p][k]` is a `[f32; 16]`: the 16-lane
+                // unaligned load reads exactly it.
+                bv[p] = unsafe { _mm512_loadu_ps(bb[p][k].as_ptr()) };
+            }
             for (acc_t, a_t) in acc.iter_mut().zip(&ab) {
                 let x = &a_t[k];
                 for r in 0..MR {
-                    acc_t[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r]), bv, acc_t[r]);
+                    let xv = _mm512_set1_ps(x[r]);
+                    for p in 0..P {
+                        acc_t[r][p] = _mm512_fmadd_ps(xv, bv[p], acc_t[r][p]);
+                    }
                 }
             }
         }
-        for (out_t, acc_t) in out.iter_mut().zip(&acc) {
-            for r in 0..MR {
-                let v = acc_t[r];
-                let lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-                let hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
-                    _mm512_castps_pd(v),
-                )));
-                out_t[r][0] = _mm512_add_pd(out_t[r][0], lo);
-                out_t[r][1] = _mm512_add_pd(out_t[r][1], hi);
-            }
-        }
-    }
-    let mut res = [[[0.0f64; NR]; MR]; N];
-    for (res_t, out_t) in res.iter_mut().zip(&out) {
-        for r in 0..MR {
-            for (q, v) in out_t[r].iter().enumerate() {
-                // SAFETY: `res_t[r][8q .. 8q + 8]` is inside the `[f64; 16]`
-                // row (q < 2); unaligned store.
-                unsafe { _mm512_storeu_pd(res_t[r].as_mut_ptr().add(8 * q), *v) };
+        for (res_t, acc_t) in res.iter_mut().zip(&acc) {
+            for (res_p, p) in res_t.iter_mut().zip(0..P) {
+                for r in 0..MR {
+                    let v = acc_t[r][p];
+                    let halves = [
+                        _mm512_cvtps_pd(_mm512_castps512_ps256(v)),
+                        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                            _mm512_castps_pd(v),
+                        ))),
+                    ];
+                    for (q, h) in halves.into_iter().enumerate() {
+                        let dst = res_p[r][8 * q..8 * q + 8].as_mut_ptr();
+                        // SAFETY: `dst` is 8 f64 inside the `[f64; 16]`
+                        // row (q < 2); unaligned load and store.
+                        unsafe { _mm512_storeu_pd(dst, _mm512_add_pd(_mm512_loadu_pd(dst), h)) };
+                    }
+                }
             }
         }
     }

@@ -104,6 +104,7 @@ impl EncodeIsa {
             // The tier also runs the AVX2 Hadamard kernel.
             EncodeIsa::Avx512 => {
                 std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
                     && std::arch::is_x86_feature_detected!("avx2")
             }
             #[cfg(target_arch = "aarch64")]
@@ -158,7 +159,7 @@ pub(crate) fn tile(isa: EncodeIsa, a: &[APack], b: &[BRow]) -> Tile {
         EncodeIsa::Avx2 if isa.supported() => avx2::tile(a, b),
         #[cfg(target_arch = "x86_64")]
         EncodeIsa::Avx512 if isa.supported() => {
-            let [t] = avx512::tiles([a], b);
+            let [[t]] = avx512::grid([a], [b]);
             t
         }
         #[cfg(target_arch = "aarch64")]
@@ -167,32 +168,44 @@ pub(crate) fn tile(isa: EncodeIsa, a: &[APack], b: &[BRow]) -> Tile {
     }
 }
 
-/// `N` tiles over one R panel: `[tile(isa, a[0], b), .., tile(isa, a[N-1], b)]`,
-/// bit for bit. The AVX-512 and AVX2 tiers run them in one pass (one load
-/// of R per `4 N` FMAs; see `avx512::tile_n`, `avx2::tiles_by_halves`); the
-/// others run them in turn.
+/// `T x P` tiles, `T` row tiles against `P` R panels: `out[t][p]` is
+/// `tile(isa, a[t], b[p])`, bit for bit. The AVX-512 tier runs them in one
+/// pass (`avx512::grid`: one broadcast of `uf` per `P` FMAs, one load of R
+/// per `T * MR`); the AVX2 tier runs each panel's `T` tiles in one pass
+/// (`avx2::tiles_by_halves`); the others run them in turn.
 #[inline]
-pub(crate) fn tiles<const N: usize>(isa: EncodeIsa, a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
-    assert!(a.iter().all(|x| x.len() == b.len()) && b.len().is_multiple_of(KB));
+pub(crate) fn grid<const T: usize, const P: usize>(
+    isa: EncodeIsa,
+    a: [&[APack]; T],
+    b: [&[BRow]; P],
+) -> [[Tile; P]; T] {
+    assert!(b.iter().all(|x| x.len() == b[0].len()) && b[0].len().is_multiple_of(KB));
+    assert!(a.iter().all(|x| x.len() == b[0].len()));
     match isa {
         #[cfg(target_arch = "x86_64")]
-        EncodeIsa::Avx512 if isa.supported() => avx512::tiles(a, b),
+        EncodeIsa::Avx512 if isa.supported() => avx512::grid(a, b),
         #[cfg(target_arch = "x86_64")]
-        EncodeIsa::Avx2 if isa.supported() => avx2::tiles(a, b),
-        _ => a.map(|x| tile(isa, x, b)),
+        EncodeIsa::Avx2 if isa.supported() => {
+            let by_panel = b.map(|bp| avx2::tiles(a, bp));
+            std::array::from_fn(|t| std::array::from_fn(|p| by_panel[p][t]))
+        }
+        _ => a.map(|at| b.map(|bp| tile(isa, at, bp))),
     }
 }
 
-/// Tiles per pass over an R panel on `isa`, the `N` for [`tiles`]: as many
-/// accumulator chains as the registers hold (AVX-512: 4 tiles x 4 rows of
-/// 16 lanes = 16 of 32 registers; AVX2: 3 tiles x 4 rows of 8 lanes, a half
-/// panel at a time = 12 of 16 registers). 4 on the tiers that run tiles in
-/// turn (the row group that shares the panel in L1).
-pub(crate) fn tiles_per_pass(isa: EncodeIsa) -> usize {
+/// The largest `(T, P)` for [`grid`] on `isa`: as many accumulator chains
+/// as the registers hold, in the shape with the fewest loads per FMA
+/// (AVX-512: 2 tiles x 3 panels = 24 chains of 16 lanes; AVX2: 3 tiles x 4
+/// rows of 8 lanes, a half panel at a time = 12 of 16 registers). 4 tiles
+/// of one panel on the tiers that run tiles in turn (the row group that
+/// shares the panel in L1).
+pub(crate) fn grid_shape(isa: EncodeIsa) -> (usize, usize) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        EncodeIsa::Avx2 => 3,
-        _ => 4,
+        EncodeIsa::Avx512 => (2, 3),
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx2 => (3, 1),
+        _ => (4, 1),
     }
 }
 
