@@ -1,5 +1,6 @@
-//! The filter tile on x86-64 AVX-512F: `MR` rows x `NR` = 16 columns as
-//! 4 accumulators of 16 f32 lanes, one fused multiply-add per product (one
+//! The filter tile on x86-64 AVX-512F (+VL): `MR` rows x `NR` = 16 columns
+//! as 4 accumulators of 16 f32 lanes per tile, run as grids of tiles x
+//! panels (`grid`), one fused multiply-add per product (one
 //! rounding per term, the arithmetic `E` is derived for), each block of
 //! `KB` terms converted to f64 and added to the f64 sums.
 #![allow(unsafe_code)]
