@@ -256,7 +256,7 @@ impl DecisionTable {
     /// The lookups of a tile row's `NR` estimates on `isa`, and the mask of
     /// those it does not know (bit `q` for column `q`).
     #[inline(always)]
-    fn lookup_row(&self, isa: EncodeIsa, est: &[f64; NR]) -> ([u8; NR], u32) {
+    fn lookup_row(&self, isa: EncodeIsa, est: &[f64; NR]) -> (simd::Nibbles, u32) {
         simd::lookup_row(isa, self.buckets(), est)
     }
 }
@@ -854,12 +854,12 @@ impl PanelEncoder {
                 if c >= cnt {
                     break;
                 }
-                let (mut idx, mut unsure) = self.table.lookup_row(self.isa, accr);
+                let (mut nib, mut unsure) = self.table.lookup_row(self.isa, accr);
                 while unsure != 0 {
                     let q = unsure.trailing_zeros() as usize;
                     unsure &= unsure - 1;
                     let (i, sure) = filter_decision(&padded, accr[q], e);
-                    idx[q] = if sure {
+                    let i = if sure {
                         i
                     } else {
                         fallbacks += 1;
@@ -874,11 +874,11 @@ impl PanelEncoder {
                             simd::exact_dot(self.isa, ufc, &rot.rt32[j * kp..j * kp + k]),
                         )
                     };
+                    simd::set_nibble(&mut nib, q, i);
                 }
-                for (t, qd) in idx.chunks_exact(4).enumerate() {
+                for (t, pair) in nib.chunks_exact(2).enumerate() {
                     let byte = (quad0 + t) * 128 + 2 * c;
-                    panel[byte] = qd[0] | (qd[1] << 4);
-                    panel[byte + 1] = qd[2] | (qd[3] << 4);
+                    panel[byte..byte + 2].copy_from_slice(pair);
                 }
             }
         };
@@ -1360,10 +1360,14 @@ mod tests {
             }
             for isa in simd::EncodeIsa::available() {
                 for row in rows.as_chunks::<NR>().0 {
-                    let (idx, unsure) = t.lookup_row(isa, row);
+                    let (nib, unsure) = t.lookup_row(isa, row);
                     for q in 0..NR {
-                        assert_eq!(idx[q], t.lookup(row[q]), "{isa:?} d={d} x={}", row[q]);
-                        assert_eq!(unsure >> q & 1 == 1, idx[q] == UNCERTAIN);
+                        let want = t.lookup(row[q]);
+                        assert_eq!(unsure >> q & 1 == 1, want == UNCERTAIN);
+                        if want != UNCERTAIN {
+                            let got = (nib[q / 2] >> (4 * (q % 2))) & 15;
+                            assert_eq!(got, want, "{isa:?} d={d} x={}", row[q]);
+                        }
                     }
                 }
             }

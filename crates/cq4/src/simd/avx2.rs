@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{APack, BRow, Buckets, Tile, KB, MR, NR, TABLE_BUCKETS, UNCERTAIN};
+use super::{APack, BRow, Buckets, Nibbles, Tile, KB, MR, NR, TABLE_BUCKETS, UNCERTAIN};
 use crate::hadamard::FIXED_MAGIC;
 use crate::hadamard_quant::{
     Batch, BatchIdx, HadamardQuant, Positions, Rotated, Row, SearchTable, BUCKETS, LANES, SCAN,
@@ -317,7 +317,7 @@ fn sums_avx2(st: &SearchTable, rot: &Rotated, pos: &Positions, l: usize) -> (Row
 /// range test per lane, the truncated buckets' entries gathered; and the
 /// mask of the [`UNCERTAIN`] ones. Safe entry: checks the CPU and the
 /// table's length, then runs the kernel.
-pub(super) fn lookup_row(t: Buckets<'_>, est: &[f64; NR]) -> ([u8; NR], u32) {
+pub(super) fn lookup_row(t: Buckets<'_>, est: &[f64; NR]) -> (Nibbles, u32) {
     assert!(std::arch::is_x86_feature_detected!("avx2"));
     assert!(t.table.len() >= TABLE_BUCKETS + 4);
     // SAFETY: AVX2 was detected on this CPU just above; the table length
@@ -328,7 +328,7 @@ pub(super) fn lookup_row(t: Buckets<'_>, est: &[f64; NR]) -> ([u8; NR], u32) {
 /// # Safety
 /// The CPU has AVX2; `t.table` has at least `TABLE_BUCKETS + 4` bytes.
 #[target_feature(enable = "avx2")]
-unsafe fn lookup_row_avx2(t: Buckets<'_>, est: &[f64; NR]) -> ([u8; NR], u32) {
+unsafe fn lookup_row_avx2(t: Buckets<'_>, est: &[f64; NR]) -> (Nibbles, u32) {
     let range = _mm256_set1_pd(t.range);
     let inv_w = _mm256_set1_pd(t.inv_w);
     let nb = _mm256_set1_pd(TABLE_BUCKETS as f64);
@@ -359,9 +359,16 @@ unsafe fn lookup_row_avx2(t: Buckets<'_>, est: &[f64; NR]) -> ([u8; NR], u32) {
         _mm_packus_epi32(words[2], words[3]),
     );
     let unsure = _mm_movemask_epi8(_mm_cmpeq_epi8(bytes, _mm_set1_epi8(UNCERTAIN as i8)));
-    let mut out = [0u8; NR];
-    // SAFETY: 16 bytes into the 16-byte array; unaligned store.
-    unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), bytes) };
+    // Per 16-bit lane i: column 2i's nibble in bits 0..4, column 2i + 1's
+    // in bits 8..12, shifted down to bits 4..8; then the low bytes.
+    let e = _mm_and_si128(bytes, _mm_set1_epi8(15));
+    let pairs = _mm_and_si128(
+        _mm_or_si128(e, _mm_srli_epi16::<4>(e)),
+        _mm_set1_epi16(0xFF),
+    );
+    let mut out: Nibbles = [0; NR / 2];
+    // SAFETY: 8 bytes into the 8-byte array; unaligned store.
+    unsafe { _mm_storel_epi64(out.as_mut_ptr().cast(), _mm_packus_epi16(pairs, pairs)) };
     (out, unsure as u32)
 }
 

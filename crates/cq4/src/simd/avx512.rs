@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{APack, BRow, Buckets, Tile, KB, MR, NR, TABLE_BUCKETS, UNCERTAIN};
+use super::{APack, BRow, Buckets, Nibbles, Tile, KB, MR, NR, TABLE_BUCKETS, UNCERTAIN};
 
 /// `T x P` tiles in one pass, `T` row tiles against `P` R panels:
 /// `out[t][p]` is `tile(a[t], b[p])` bit for bit (each output's chain of
@@ -107,10 +107,10 @@ fn grid_avx512<const T: usize, const P: usize>(
 }
 
 /// [`Buckets::lookup`] of 16 estimates: the same f64 add, multiply and
-/// range test per lane, the truncated buckets' entries gathered; and the
-/// mask of the [`UNCERTAIN`] ones. Safe entry: checks the CPU and the
+/// range test per lane, the truncated buckets' entries gathered and packed
+/// as [`Nibbles`]; and the mask of the [`UNCERTAIN`] ones. Safe entry: checks the CPU and the
 /// table's length, then runs the kernel.
-pub(super) fn lookup_row(t: Buckets<'_>, est: &[f64; NR]) -> ([u8; NR], u32) {
+pub(super) fn lookup_row(t: Buckets<'_>, est: &[f64; NR]) -> (Nibbles, u32) {
     assert!(std::arch::is_x86_feature_detected!("avx512f"));
     assert!(t.table.len() >= TABLE_BUCKETS + 4);
     // SAFETY: AVX-512F was detected on this CPU just above; the table
@@ -121,7 +121,7 @@ pub(super) fn lookup_row(t: Buckets<'_>, est: &[f64; NR]) -> ([u8; NR], u32) {
 /// # Safety
 /// The CPU has AVX-512F; `t.table` has at least `TABLE_BUCKETS + 4` bytes.
 #[target_feature(enable = "avx512f")]
-unsafe fn lookup_row_avx512(t: Buckets<'_>, est: &[f64; NR]) -> ([u8; NR], u32) {
+unsafe fn lookup_row_avx512(t: Buckets<'_>, est: &[f64; NR]) -> (Nibbles, u32) {
     let range = _mm512_set1_pd(t.range);
     let inv_w = _mm512_set1_pd(t.inv_w);
     let nb = _mm512_set1_pd(TABLE_BUCKETS as f64);
@@ -143,8 +143,12 @@ unsafe fn lookup_row_avx512(t: Buckets<'_>, est: &[f64; NR]) -> ([u8; NR], u32) 
     let g = unsafe { _mm512_i32gather_epi32::<1>(b, t.table.as_ptr().cast()) };
     let entries = _mm512_and_si512(g, _mm512_set1_epi32(0xFF));
     let unsure = _mm512_cmpeq_epi32_mask(entries, _mm512_set1_epi32(i32::from(UNCERTAIN)));
-    let mut out = [0u8; NR];
-    // SAFETY: 16 bytes into the 16-byte array; unaligned store.
-    unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(entries)) };
+    // Column 2i's nibble and column 2i + 1's shifted by 4, in the low byte
+    // of 64-bit lane i, then the 8 low bytes.
+    let e = _mm512_and_si512(entries, _mm512_set1_epi32(15));
+    let pairs = _mm512_or_si512(e, _mm512_srli_epi64::<28>(e));
+    let mut out: Nibbles = [0; NR / 2];
+    // SAFETY: 8 bytes into the 8-byte array; unaligned store.
+    unsafe { _mm_storel_epi64(out.as_mut_ptr().cast(), _mm512_cvtepi64_epi8(pairs)) };
     (out, u32::from(unsure))
 }

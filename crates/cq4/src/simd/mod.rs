@@ -248,12 +248,18 @@ impl Buckets<'_> {
     }
 }
 
-/// [`Buckets::lookup`] of a tile row's `NR` estimates on `isa`, and the
+/// A tile row's indices as stored (docs/FORMAT.md §CQ4.9): byte `i` holds
+/// the index of column `2i` in its low nibble and of column `2i + 1` in its
+/// high nibble.
+pub(crate) type Nibbles = [u8; NR / 2];
+
+/// [`Buckets::lookup`] of a tile row's `NR` estimates on `isa`, packed as
+/// [`Nibbles`] (an [`UNCERTAIN`] entry leaves an arbitrary nibble), and the
 /// mask of the entries that are [`UNCERTAIN`] (bit `q` for column `q`): the
 /// same on every tier (the AVX2 and AVX-512 tiers compute the buckets with
-/// the same f64 operations and gather the entries).
+/// the same f64 operations, gather the entries and pack them in vectors).
 #[inline]
-pub(crate) fn lookup_row(isa: EncodeIsa, t: Buckets<'_>, est: &[f64; NR]) -> ([u8; NR], u32) {
+pub(crate) fn lookup_row(isa: EncodeIsa, t: Buckets<'_>, est: &[f64; NR]) -> (Nibbles, u32) {
     assert!(t.table.len() == TABLE_BUCKETS + TABLE_TAIL);
     match isa {
         #[cfg(target_arch = "x86_64")]
@@ -266,9 +272,19 @@ pub(crate) fn lookup_row(isa: EncodeIsa, t: Buckets<'_>, est: &[f64; NR]) -> ([u
             for (q, &d) in idx.iter().enumerate() {
                 unsure |= u32::from(d == UNCERTAIN) << q;
             }
-            (idx, unsure)
+            (
+                std::array::from_fn(|i| (idx[2 * i] & 15) | (idx[2 * i + 1] << 4)),
+                unsure,
+            )
         }
     }
+}
+
+/// Sets column `q`'s index in `nib` to `idx` (< 16).
+#[inline(always)]
+pub(crate) fn set_nibble(nib: &mut Nibbles, q: usize, idx: u8) {
+    let sh = 4 * (q % 2);
+    nib[q / 2] = (nib[q / 2] & !(15 << sh)) | (idx << sh);
 }
 
 /// The Hadamard batch quantizer on `isa` (x86-64 tiers: the portable body
