@@ -341,10 +341,23 @@ impl<'a> PanelView<'a> {
         // (The last column's check covers the group.)
         self.geometry.nibble_position(n, (g + 1) * GROUP - 1)?;
         let (first, _) = self.geometry.nibble_position(n, g * GROUP)?;
-        let blocks = self.data[first..].chunks(KG_BLOCK_BYTES);
-        for (q, blk) in out.chunks_exact_mut(KG_WIDTH).zip(blocks) {
-            let (b0, b1) = (blk[0], blk[1]);
-            q.copy_from_slice(&[b0 & 15, b0 >> 4, b1 & 15, b1 >> 4]);
+        // One slice from the first pair to the last (bounds checked once;
+        // the parsed view's data region holds every position the geometry
+        // gives), then fixed offsets into it.
+        const SPAN: usize = (GROUP / KG_WIDTH - 1) * KG_BLOCK_BYTES + 2;
+        let span: &[u8; SPAN] = self
+            .data
+            .get(first..first + SPAN)
+            .and_then(|s| s.try_into().ok())
+            .ok_or(PanelError::IndexOutOfRange {
+                n,
+                k: g * GROUP,
+                padded_n: self.geometry.padded_n(),
+                k_total: self.geometry.k(),
+            })?;
+        for (kg, q) in out.as_chunks_mut::<KG_WIDTH>().0.iter_mut().enumerate() {
+            let (b0, b1) = (span[kg * KG_BLOCK_BYTES], span[kg * KG_BLOCK_BYTES + 1]);
+            *q = [b0 & 15, b0 >> 4, b1 & 15, b1 >> 4];
         }
         Ok(())
     }

@@ -12,12 +12,12 @@
 //! depend on the tier. What the tiers share, and what `E` is derived for:
 //! every f32 block sum has exactly [`KB`] terms, each accumulated with one
 //! f32 rounding per product and per addition (scalar) or one per fused
-//! multiply-add (AVX2+FMA, AVX-512F, NEON), in any order; each block sum is
+//! multiply-add (AVX2+FMA, AVX-512F+VL, NEON), in any order; each block sum is
 //! converted to f64 exactly and the `Kp / KB` block sums are added in f64.
 //!
 //! Tiers: [`EncodeIsa::Scalar`] (portable, the reference),
 //! [`EncodeIsa::Avx2`] (x86-64 AVX2 + FMA), [`EncodeIsa::Avx512`] (x86-64
-//! AVX-512F), [`EncodeIsa::Neon`] (aarch64 Advanced SIMD). The best tier the
+//! AVX-512F + VL), [`EncodeIsa::Neon`] (aarch64 Advanced SIMD). The best tier the
 //! CPU has is used unless the environment variable [`FORCE_ENV`] (shared
 //! with the `kernels` crate: `CONVERT_FORCE_ISA=scalar|avx2|avx512|neon`)
 //! caps it.
@@ -66,7 +66,8 @@ pub enum EncodeIsa {
     Scalar,
     /// x86-64 AVX2 + FMA (8-wide f32, fused multiply-add).
     Avx2,
-    /// x86-64 AVX-512F (16-wide f32, fused multiply-add).
+    /// x86-64 AVX-512F + VL (16-wide f32, fused multiply-add; VL lets the
+    /// compiler keep vectors in all 32 registers).
     Avx512,
     /// aarch64 Advanced SIMD (4-wide f32, fused multiply-add).
     Neon,
