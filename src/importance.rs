@@ -70,6 +70,9 @@ struct Model<'c> {
     sums_wanted: &'c HashMap<String, Affine>,
     /// Those sums.
     column_sums: HashMap<String, (Affine, Vec<f64>)>,
+    /// Whether the token embedding's value map carried every value of it
+    /// exactly (`Affine::carries_exactly`), once it was read.
+    embedding_mapped_exactly: bool,
 }
 
 impl<'c> Model<'c> {
@@ -87,6 +90,7 @@ impl<'c> Model<'c> {
             index,
             sums_wanted,
             column_sums: HashMap::new(),
+            embedding_mapped_exactly: false,
         }
     }
 
@@ -159,24 +163,38 @@ impl Source for Model<'_> {
         let k = t.ncols() as usize;
         // The matrix's AWQ column sums from the same rows while they are in
         // cache (its conversion then skips its own pass over the source);
-        // the embedding's, unmapped, are the estimate's own sums.
-        let mut awq = self
-            .sums_wanted
-            .get(&t.name)
-            .filter(|a| !(part == Part::TokenEmbedding && a.is_identity()))
-            .map(|&a| (a, cq4::awq::ColumnSums::new(k)));
+        // the embedding's are the estimate's own sums, unmapped or scaled
+        // (see `estimate`), so only whether its map is exact is tracked.
+        let wanted = self.sums_wanted.get(&t.name).copied();
+        let own = part == Part::TokenEmbedding && wanted.is_some_and(reuses_estimate_sums);
+        let mut awq = wanted
+            .filter(|_| !own)
+            .map(|a| (a, materialize::ColumnSumsUnder::new(a, k)));
+        let mut exact = true;
         materialize::rows(self.cat, t, self.dtype, 1, Transform::NONE, |_, rows| {
             each(rows, k);
-            if let Some((a, sums)) = &mut awq {
-                a.add_column_sums(sums, rows);
+            if let Some((_, sums)) = &mut awq {
+                sums.add(rows);
+            }
+            if let (true, Some(a)) = (own, wanted) {
+                exact &= a.carries_exactly(rows);
             }
             Ok(())
         })?;
+        if part == Part::TokenEmbedding {
+            self.embedding_mapped_exactly = exact;
+        }
         if let Some((a, s)) = awq {
             self.column_sums.insert(t.name.clone(), (a, s.into_sums()));
         }
         Ok(Some((t.nrows() as usize, k)))
     }
+}
+
+/// Whether the embedding's AWQ sums under `map` come from the estimate's
+/// own column sums: the identity, or a power-of-two scaling.
+fn reuses_estimate_sums(map: Affine) -> bool {
+    map.is_identity() || map.pow2_exponent().is_some()
 }
 
 /// A config value as a count.
@@ -259,14 +277,22 @@ pub fn estimate(
     } else if cat.tied_embeddings {
         put("token_embd.weight".into(), &imp.output);
     }
+    // The embedding's AWQ sums: the estimate's own column sums (the same
+    // additions in the same order), times 4^e under a map `v * 2^e` that
+    // carried every value exactly (`materialize::ColumnSumsUnder`: then the
+    // mapped sums are exactly those); under a map that did not, none (its
+    // conversion makes its own pass).
     let embedding = model.tensor(&Model::gguf_name(Part::TokenEmbedding));
+    let exact = model.embedding_mapped_exactly;
     let mut column_sums = model.column_sums;
     if let Some(t) = embedding {
-        if sums_wanted.get(&t.name).is_some_and(Affine::is_identity) {
-            column_sums.insert(
-                t.name.clone(),
-                (Affine::IDENTITY, imp.embedding_column_sums),
-            );
+        if let Some(&a) = sums_wanted.get(&t.name) {
+            if reuses_estimate_sums(a) && exact {
+                let mut sums = imp.embedding_column_sums;
+                let scale = a.pow2_exponent().map_or(1.0, |e| 4f64.powi(e));
+                sums.iter_mut().for_each(|s| *s *= scale);
+                column_sums.insert(t.name.clone(), (a, sums));
+            }
         }
     }
     Ok(Ok(Estimate {
@@ -294,40 +320,55 @@ mod tests {
             mul: 16.0,
             then: 0.0,
         };
-        let wanted: HashMap<String, Affine> = [
-            ("token_embd.weight", Affine::IDENTITY),
-            ("blk.0.ffn_up.weight", Affine::IDENTITY),
-            ("blk.1.ffn_gate.weight", x16),
-        ]
-        .into_iter()
-        .map(|(n, a)| (n.to_string(), a))
-        .collect();
-        let est = estimate(&cat, TorchDtype::Float32, &wanted)
-            .unwrap()
-            .unwrap();
-        for (name, a) in &wanted {
-            let t = cat.get(name).unwrap();
-            let mut own = cq4::awq::ColumnSums::new(t.ncols() as usize);
-            let tf = Transform {
-                unpermute_heads: None,
-                values: *a,
-            };
-            materialize::rows(
-                &cat,
-                t,
-                TorchDtype::Float32,
-                1,
-                Transform::NONE,
-                |_, rows| {
-                    a.add_column_sums(&mut own, rows);
-                    Ok(())
-                },
-            )
-            .unwrap();
-            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            let got = est.column_sums(name, &tf).unwrap();
-            assert_eq!(bits(got), bits(own.sums()), "{name}");
-            assert!(est.column_sums(name, &Transform::NONE).is_none() || a.is_identity());
+        let by16 = Affine {
+            add: 0.0,
+            mul: 1.0 / 16.0,
+            then: 0.0,
+        };
+        let shifted = Affine {
+            add: 1.0,
+            mul: 16.0,
+            then: -1.0,
+        };
+        // The embedding unmapped, under Gemma's /16 (its sums scaled) and
+        // under a map that is no scaling (summed mapped in the pass).
+        for embedding in [Affine::IDENTITY, by16, shifted] {
+            let wanted: HashMap<String, Affine> = [
+                ("token_embd.weight", embedding),
+                ("blk.0.ffn_up.weight", Affine::IDENTITY),
+                ("blk.1.ffn_gate.weight", x16),
+            ]
+            .into_iter()
+            .map(|(n, a)| (n.to_string(), a))
+            .collect();
+            let est = estimate(&cat, TorchDtype::Float32, &wanted)
+                .unwrap()
+                .unwrap();
+            for (name, a) in &wanted {
+                let t = cat.get(name).unwrap();
+                // The reference: every value mapped, then summed.
+                let mut own = cq4::awq::ColumnSums::new(t.ncols() as usize);
+                let tf = Transform {
+                    unpermute_heads: None,
+                    values: *a,
+                };
+                materialize::rows(
+                    &cat,
+                    t,
+                    TorchDtype::Float32,
+                    1,
+                    Transform::NONE,
+                    |_, rows| {
+                        own.add_rows_mapped(rows, |src, out| a.map_into(src, out));
+                        Ok(())
+                    },
+                )
+                .unwrap();
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let got = est.column_sums(name, &tf).unwrap();
+                assert_eq!(bits(got), bits(own.sums()), "{name}");
+                assert!(est.column_sums(name, &Transform::NONE).is_none() || a.is_identity());
+            }
         }
     }
 }

@@ -62,13 +62,22 @@ impl Affine {
         out.extend(src.iter().map(|&v| a.apply(v)));
     }
 
-    /// Add `rows` under this map to AWQ column sums (mapped a few rows at a
-    /// time in cache; the identity adds them as they are).
-    pub fn add_column_sums(&self, sums: &mut cq4::awq::ColumnSums, rows: &[f32]) {
-        if self.is_identity() {
-            sums.add_rows(rows);
-        } else {
-            sums.add_rows_mapped(rows, |src, out| self.map_into(src, out));
+    /// `Some(e)` when the map is `v -> v * (+-2^e)`, `e != 0` (no
+    /// additions): Gemma's `x16` and `/16`.
+    pub fn pow2_exponent(&self) -> Option<i32> {
+        let m = self.mul.abs();
+        let plain = self.add == 0.0 && self.then == 0.0 && m != 1.0;
+        (plain && m.is_normal() && m.to_bits() & 0x7F_FFFF == 0)
+            .then(|| ((m.to_bits() >> 23) & 0xFF) as i32 - 127)
+    }
+
+    /// Whether the map carries every value of `rows` exactly: the identity
+    /// does; a power-of-two scaling where each image is exact (see
+    /// [`ColumnSumsUnder`]); any other map is not claimed to.
+    pub fn carries_exactly(&self, rows: &[f32]) -> bool {
+        match self.pow2_exponent() {
+            Some(e) => cq4::simd::pow2_scaling_is_exact(e, rows),
+            None => self.is_identity(),
         }
     }
 
@@ -89,6 +98,64 @@ impl Affine {
             x -= self.add;
         }
         x
+    }
+}
+
+/// AWQ column sums of rows under an [`Affine`] map, bit for bit those of
+/// `ColumnSums::add_rows_mapped` with [`Affine::map_into`] (the identity:
+/// `add_rows`), chunk after chunk.
+///
+/// A map `v -> v * 2^e` ([`Affine::pow2_exponent`]) is exact on every
+/// finite value whose image is neither out of f32's range nor a subnormal
+/// that lost bits, and a non-finite value stays one. On rows where it is
+/// exact, every term `f64(2^e v)^2` is `4^e f64(v)^2` and every f64 sum of
+/// such terms is `4^e` times the sum of the unmapped terms (a power-of-two
+/// scaling commutes with each rounding; the sums of squares of f32 values
+/// stay far inside f64's normal range), so those rows are summed as they
+/// are, without a mapped copy, and the sums scaled by `4^e` when taken; at
+/// the first chunk with a value the map does not carry exactly, the sums so
+/// far are scaled (exactly) and that chunk and the rest are summed mapped.
+pub struct ColumnSumsUnder {
+    map: Affine,
+    sums: cq4::awq::ColumnSums,
+    /// `4^e` while the sums hold the unmapped rows' sums.
+    owed: Option<f64>,
+}
+
+impl ColumnSumsUnder {
+    /// Zero sums for rows of `k` values under `map`.
+    pub fn new(map: Affine, k: usize) -> Self {
+        ColumnSumsUnder {
+            map,
+            sums: cq4::awq::ColumnSums::new(k),
+            owed: map.pow2_exponent().map(|e| 4f64.powi(e)),
+        }
+    }
+
+    /// Add whole rows (a partial row at the end is ignored).
+    pub fn add(&mut self, rows: &[f32]) {
+        if self.map.is_identity() {
+            return self.sums.add_rows(rows);
+        }
+        if let Some(owed) = self.owed {
+            if self.map.carries_exactly(rows) {
+                return self.sums.add_rows(rows);
+            }
+            self.sums.scale(owed);
+            self.owed = None;
+        }
+        let map = self.map;
+        self.sums
+            .add_rows_mapped(rows, |src, out| map.map_into(src, out));
+    }
+
+    /// The sums.
+    pub fn into_sums(self) -> Vec<f64> {
+        let mut sums = self.sums;
+        if let Some(owed) = self.owed {
+            sums.scale(owed);
+        }
+        sums.into_sums()
     }
 }
 
@@ -366,4 +433,109 @@ fn stream<W: Fn(usize) -> usize + Sync>(
         i += n;
     }
     check_stats(cat, t, &stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn affine(mul: f32) -> Affine {
+        Affine {
+            add: 0.0,
+            mul,
+            then: 0.0,
+        }
+    }
+
+    /// The map's sums, the reference way: every value mapped, then summed.
+    fn mapped_sums(map: Affine, k: usize, chunks: &[Vec<f32>]) -> Vec<f64> {
+        let mut s = cq4::awq::ColumnSums::new(k);
+        for c in chunks {
+            s.add_rows_mapped(c, |src, out| map.map_into(src, out));
+        }
+        s.into_sums()
+    }
+
+    #[test]
+    fn pow2_exponent_only_for_plain_power_of_two_scalings() {
+        assert_eq!(affine(16.0).pow2_exponent(), Some(4));
+        assert_eq!(affine(1.0 / 16.0).pow2_exponent(), Some(-4));
+        assert_eq!(affine(-16.0).pow2_exponent(), Some(4));
+        assert_eq!(affine(2f32.powi(-127)).pow2_exponent(), None); // subnormal
+        for mul in [1.0, 3.0, 0.0, f32::INFINITY, f32::NAN] {
+            assert_eq!(affine(mul).pow2_exponent(), None, "{mul}");
+        }
+        let shifted = Affine {
+            add: 1.0,
+            mul: 16.0,
+            then: -1.0,
+        };
+        assert_eq!(shifted.pow2_exponent(), None);
+    }
+
+    /// Under every map the sums are those of the mapped values, bit for
+    /// bit: on rows the map carries exactly (summed unmapped and scaled),
+    /// and after a chunk it does not (a value whose image is a subnormal
+    /// that loses bits under /16, or overflows under x16), where the
+    /// unmapped sums so far are scaled and the rest summed mapped. A
+    /// direct sum of the unmapped rows, scaled, differs there (so the
+    /// switch is needed, and tested).
+    #[test]
+    fn column_sums_under_a_map_are_the_mapped_values_sums() {
+        let k = 37;
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut gauss = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 11) as f64 / (1u64 << 53) as f64 - 0.5) as f32 * 0.37
+        };
+        // Column 5 is 0 but for the odd value, so its sum is that value's
+        // square (mapped or not); zeros of both signs elsewhere.
+        let mut chunk = |rows: usize| -> Vec<f32> {
+            let mut c: Vec<f32> = (0..k * rows).map(|_| gauss()).collect();
+            (0..rows).for_each(|r| c[r * k + 5] = 0.0);
+            c[k + 3] = 0.0;
+            c[2 * k + 1] = -0.0;
+            c
+        };
+        let normal: Vec<Vec<f32>> = (0..3).map(|_| chunk(50)).collect();
+        let special: Vec<f32> = chunk(20);
+        // A subnormal whose image under /16 drops its low bits; a value
+        // that x16 sends past f32::MAX; an f32 subnormal that x16 makes normal.
+        let tiny = f32::from_bits(0x0000_0123);
+        let big = 3.0e37f32;
+        for (mul, odd) in [
+            (1.0 / 16.0, Some(tiny)),
+            (16.0, Some(big)),
+            (16.0, Some(tiny)),
+            (-16.0, None),
+            (3.0, None),
+            (1.0, None),
+        ] {
+            let map = affine(mul);
+            let mut chunks = normal.clone();
+            if let Some(v) = odd {
+                let mut c = special.clone();
+                c[k + 5] = v;
+                chunks.insert(1, c);
+            }
+            let mut under = ColumnSumsUnder::new(map, k);
+            for c in &chunks {
+                under.add(c);
+            }
+            let got = under.into_sums();
+            let want = mapped_sums(map, k, &chunks);
+            let bits = |v: &[f64]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "x{mul} with {odd:?}");
+            if let (Some(e), Some(v)) = (map.pow2_exponent(), odd) {
+                let exact = cq4::simd::pow2_scaling_is_exact(e, &[v]);
+                let mut plain = cq4::awq::ColumnSums::new(k);
+                chunks.iter().for_each(|c| plain.add_rows(c));
+                plain.scale(4f64.powi(e));
+                let scaled = plain.into_sums();
+                assert_eq!(bits(&scaled) == bits(&want), exact, "x{mul} with {v:e}");
+            }
+        }
+    }
 }

@@ -30,7 +30,7 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
         let exps = match made {
             Some(sums) => cq4::awq::input_exponents(sums, importance),
             None => {
-                let mut sums = cq4::awq::ColumnSums::new(k);
+                let mut sums = None;
                 materialize::rows_deferred(
                     ctx.cat,
                     t,
@@ -38,11 +38,14 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
                     SB,
                     job.transform,
                     |_, values, affine| {
-                        affine.add_column_sums(&mut sums, values);
+                        sums.get_or_insert_with(|| materialize::ColumnSumsUnder::new(affine, k))
+                            .add(values);
                         Ok(())
                     },
                 )?;
-                cq4::awq::input_exponents(sums.sums(), importance)
+                let sums =
+                    sums.map_or_else(|| vec![0.0; k], materialize::ColumnSumsUnder::into_sums);
+                cq4::awq::input_exponents(&sums, importance)
             }
         };
         scaled_columns = Some((

@@ -80,6 +80,13 @@ impl ColumnSums {
         });
     }
 
+    /// Multiply every sum by `f` (exact when `f` is a power of two and
+    /// the products stay normal, as for sums of squares of f32 values
+    /// scaled by `4^e`, `|e| <= 64`).
+    pub fn scale(&mut self, f: f64) {
+        self.sums.iter_mut().for_each(|s| *s *= f);
+    }
+
     /// The sums.
     pub fn sums(&self) -> &[f64] {
         &self.sums

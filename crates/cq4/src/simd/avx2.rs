@@ -143,6 +143,19 @@ fn all_finite_avx2(values: &[f32]) -> bool {
     super::portable_all_finite(values)
 }
 
+/// [`super::pow2_scaling_is_exact`] compiled with AVX2 (the portable scan,
+/// 8 lanes).
+pub(super) fn pow2_scaling_is_exact(e: i32, values: &[f32]) -> bool {
+    assert!(std::arch::is_x86_feature_detected!("avx2"));
+    // SAFETY: AVX2 was detected on this CPU just above.
+    unsafe { pow2_scaling_is_exact_avx2(e, values) }
+}
+
+#[target_feature(enable = "avx2")]
+fn pow2_scaling_is_exact_avx2(e: i32, values: &[f32]) -> bool {
+    super::portable_pow2_scaling_is_exact(e, values)
+}
+
 /// [`super::gather_batch`] of four full groups: four values of each group
 /// transposed into the four lanes (as [`columns4`] does for rows), each
 /// widened to f64 and stored as one `x[i]`. Safe entry: checks the CPU

@@ -378,6 +378,46 @@ pub(crate) fn all_finite(isa: EncodeIsa, values: &[f32]) -> bool {
     }
 }
 
+/// Whether `v * 2^e` (`e != 0`, `|e| < 127`) is exact in f32 for every
+/// value: each is 0, non-finite, or of a magnitude whose image is finite
+/// and, for `e < 0`, a normal f32 (`2^-126 <= |v| 2^e < 2^128`; a
+/// subnormal scaled up only moves its bits). On the best tier (the x86
+/// tiers scan 8 values per instruction).
+pub fn pow2_scaling_is_exact(e: i32, values: &[f32]) -> bool {
+    pow2_scaling_is_exact_on(EncodeIsa::best(), e, values)
+}
+
+/// [`pow2_scaling_is_exact`] on `isa`: the same answer on every tier.
+pub(crate) fn pow2_scaling_is_exact_on(isa: EncodeIsa, e: i32, values: &[f32]) -> bool {
+    assert!(e != 0 && e.abs() < 127, "scaling exponent {e}");
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        EncodeIsa::Avx2 | EncodeIsa::Avx512 if isa.supported() => {
+            avx2::pow2_scaling_is_exact(e, values)
+        }
+        _ => portable_pow2_scaling_is_exact(e, values),
+    }
+}
+
+/// The body of [`pow2_scaling_is_exact`]: on the biased exponent `x` of
+/// `|v|` (`v != 0` finite: `x < 255`) the image is finite when
+/// `x < 255 - e` and, for `e < 0`, normal when `x >= 1 - e`; so the
+/// smallest `x` of the non-zero values and the largest of the finite ones
+/// decide. Branch-free min / max reductions (they vectorize).
+#[inline(always)]
+pub(crate) fn portable_pow2_scaling_is_exact(e: i32, values: &[f32]) -> bool {
+    let lo = if e < 0 { (1 - e) as u32 } else { 0 };
+    let hi = (255 - e.max(0)) as u32;
+    let (mut least, mut most) = (255u32, 0u32);
+    for v in values {
+        let a = v.to_bits() & 0x7FFF_FFFF;
+        let x = a >> 23;
+        least = least.min(if a == 0 { 255 } else { x });
+        most = most.max(if x == 255 { 0 } else { x });
+    }
+    least >= lo && most < hi
+}
+
 /// The body of [`all_finite`]: a branch-free scan (it vectorizes).
 #[inline(always)]
 pub(crate) fn portable_all_finite(values: &[f32]) -> bool {
@@ -753,6 +793,67 @@ mod tests {
                 assert_eq!(portable_all_finite(r), want);
                 for isa in EncodeIsa::available() {
                     assert_eq!(all_finite(isa, r), want, "{isa:?} len {len}");
+                }
+            }
+        }
+    }
+
+    /// Every tier tells exact power-of-two scalings as the definition does
+    /// (the image `f64(v) * 2^e` is an f32 equal to it and, for `e < 0`,
+    /// normal or zero), at the range edges, for one odd value anywhere in
+    /// rows of many lengths (vector body and tail).
+    #[test]
+    fn pow2_scaling_exactness_is_the_same_on_every_tier() {
+        let min = f32::MIN_POSITIVE;
+        let edges = [
+            0.0,
+            -0.0,
+            min,
+            min.next_down(),
+            16.0 * min,
+            (16.0 * min).next_down(),
+            -(16.0 * min).next_down(),
+            f32::from_bits(1),
+            f32::from_bits(0x123),
+            f32::MAX,
+            f32::MAX / 16.0,
+            (f32::MAX / 16.0).next_up(),
+            2f32.powi(124),
+            -2f32.powi(124),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1.0,
+            -0.37,
+        ];
+        let definition = |e: i32, v: f32| -> bool {
+            if !v.is_finite() || v == 0.0 {
+                return true;
+            }
+            let image = f64::from(v) * 2f64.powi(e);
+            let f = image as f32;
+            f64::from(f) == image && f.is_finite() && (e > 0 || f.is_normal())
+        };
+        for e in [-4, 4, -1, 1, -100, 100] {
+            for &v in &edges {
+                let want = definition(e, v);
+                assert_eq!(
+                    portable_pow2_scaling_is_exact(e, &[v]),
+                    want,
+                    "e {e} v {v:e}"
+                );
+                for len in [1usize, 7, 8, 9, 33, 100] {
+                    for p in [0, len / 2, len - 1] {
+                        let mut r = vec![0.25f32; len];
+                        r[p] = v;
+                        for isa in EncodeIsa::available() {
+                            assert_eq!(
+                                pow2_scaling_is_exact_on(isa, e, &r),
+                                want,
+                                "{isa:?} e {e} v {v:e} len {len} at {p}"
+                            );
+                        }
+                    }
                 }
             }
         }
