@@ -14,6 +14,22 @@ pub fn fp16_to_f32(bytes: [u8; 2]) -> f32 {
     f16::from_le_bytes(bytes).to_f32()
 }
 
+/// Reads little-endian fp16 values (`bytes.len() == 2 * out.len()`) as
+/// f32, each exactly [`fp16_to_f32`]: through `half`'s slice conversion,
+/// 64 values at a time (F16C where the CPU has it).
+pub fn fp16_slice_to_f32(bytes: &[u8], out: &mut [f32]) {
+    use half::slice::HalfFloatSliceExt;
+    assert_eq!(bytes.len(), 2 * out.len(), "fp16 bytes for the f32 values");
+    let mut tmp = [f16::ZERO; 64];
+    for (b, o) in bytes.chunks(128).zip(out.chunks_mut(64)) {
+        let h = &mut tmp[..o.len()];
+        for (t, p) in h.iter_mut().zip(b.as_chunks::<2>().0) {
+            *t = f16::from_le_bytes(*p);
+        }
+        h.convert_to_f32_slice(o);
+    }
+}
+
 /// Rounds an f32 to fp16 (round to nearest even) and returns its
 /// little-endian bytes, whatever the result (inf included).
 #[inline]
@@ -64,4 +80,32 @@ pub fn round_through_f16(value: f32) -> f32 {
 #[inline]
 pub fn round_through_bf16(value: f32) -> f32 {
     bf16::from_f32(value).to_f32()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The slice conversion gives every fp16 bit pattern's scalar value, in
+    /// runs whose lengths cross the 64-value blocks.
+    #[test]
+    fn fp16_slices_convert_like_single_values() {
+        let bytes: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+        for len in [1usize, 63, 64, 65, 129, 65536] {
+            let starts = [0usize, 1, 0x7BFF, 0x7C00 - len.min(0x7C00), 65536 - len];
+            for start in starts.into_iter().filter(|s| s + len <= 65536) {
+                let b = &bytes[2 * start..2 * (start + len)];
+                let mut out = vec![0f32; len];
+                fp16_slice_to_f32(b, &mut out);
+                for (i, (o, p)) in out.iter().zip(b.as_chunks::<2>().0).enumerate() {
+                    let want = fp16_to_f32(*p);
+                    assert!(
+                        o.to_bits() == want.to_bits() || (o.is_nan() && want.is_nan()),
+                        "fp16 {:#06x}: {o:e} against {want:e}",
+                        start + i
+                    );
+                }
+            }
+        }
+    }
 }

@@ -53,6 +53,7 @@ use kernels::{
     check_len, FloatMatrix, Gemv, GgmlMatrix, Isa, KernelError, Matrix, PanelMatrix, QuantFormat,
 };
 use weights_file::fp16::{f16_bits_to_f32, f16_bits_to_f64};
+use weights_file::panel::PanelError;
 
 use crate::rotation::{factored, rotated_exact};
 
@@ -307,25 +308,28 @@ fn float(m: &FloatMatrix<'_>, x: &[f32]) -> Reference {
     let abs = (2 * k + 2) as f64 * TINY;
     let rows: Vec<Result<Row, KernelError>> = (0..m.rows())
         .into_par_iter()
-        .map(|r| {
-            let (mut s, mut sa) = (0f64, 0f64);
-            let mut nonfinite = 0;
-            for (c, &xv) in x.iter().enumerate() {
-                let w = m.at(r, c);
-                if !w.is_finite() {
-                    nonfinite += 1;
+        .map_init(
+            || vec![0f32; k],
+            |w_row, r| {
+                m.row_into(r, w_row);
+                let (mut s, mut sa) = (0f64, 0f64);
+                let mut nonfinite = 0;
+                for (&w, &xv) in w_row.iter().zip(x) {
+                    if !w.is_finite() {
+                        nonfinite += 1;
+                    }
+                    let p = f64::from(w) * f64::from(xv);
+                    s += p;
+                    sa += p.abs();
                 }
-                let p = f64::from(w) * f64::from(xv);
-                s += p;
-                sa += p.abs();
-            }
-            Ok(Row {
-                exact: s,
-                bound: g * sa + abs,
-                e2e: s,
-                nonfinite,
-            })
-        })
+                Ok(Row {
+                    exact: s,
+                    bound: g * sa + abs,
+                    e2e: s,
+                    nonfinite,
+                })
+            },
+        )
         .collect();
     // The activations are x itself.
     collect(rows, 0.0).expect("float rows never fail")
@@ -352,6 +356,10 @@ fn panel(m: &PanelMatrix<'_>, x: &[f32], with_e2e: bool) -> Result<Reference, Ke
     }
     let t = factored(view, x);
     let cb_i8 = view.cb_i8();
+    // The int8 codebook values of both nibbles of every byte (low first):
+    // the self-check (no e2e sum) reads each stored byte once.
+    let byte_values: [[i32; 2]; 256] =
+        std::array::from_fn(|b| [i32::from(cb_i8[b & 15]), i32::from(cb_i8[b >> 4])]);
     let cb_scale = view.cb_scale();
     let codebook = view.codebook_bits().map(f16_bits_to_f64);
     let g_groups = gamma(ng + 3);
@@ -369,17 +377,29 @@ fn panel(m: &PanelMatrix<'_>, x: &[f32], with_e2e: bool) -> Result<Reference, Ke
                         nonfinite += 1;
                     }
                     let folded = f64::from(norm * cb_scale);
-                    view.group_indices(r, g, idx)
-                        .map_err(|e| KernelError::Panel(e.to_string()))?;
+                    let panel_err = |e: PanelError| KernelError::Panel(e.to_string());
                     let cols = g * GROUP..(g + 1) * GROUP;
                     // The integer sum is exact in any order; the e2e sum is
                     // information only: four f64 chains.
                     let mut isum = 0i32;
-                    for (&i, &qj) in idx.iter().zip(&act.q[cols.clone()]) {
-                        isum += i32::from(cb_i8[i as usize]) * i32::from(qj);
-                    }
                     let mut s4 = [0f64; 4];
-                    if with_e2e {
+                    if !with_e2e {
+                        // Four columns per stored byte pair, no index array.
+                        let pairs = view.group_pairs(r, g).map_err(panel_err)?;
+                        let q = act.q[cols].as_chunks::<4>().0;
+                        for ([b0, b1], q) in pairs.iter().zip(q) {
+                            let ([v0, v1], [v2, v3]) =
+                                (byte_values[*b0 as usize], byte_values[*b1 as usize]);
+                            isum += v0 * i32::from(q[0])
+                                + v1 * i32::from(q[1])
+                                + v2 * i32::from(q[2])
+                                + v3 * i32::from(q[3]);
+                        }
+                    } else {
+                        view.group_indices(r, g, idx).map_err(panel_err)?;
+                        for (&i, &qj) in idx.iter().zip(&act.q[cols.clone()]) {
+                            isum += i32::from(cb_i8[i as usize]) * i32::from(qj);
+                        }
                         for (ic, tc) in idx.chunks_exact(4).zip(t[cols].chunks_exact(4)) {
                             for l in 0..4 {
                                 s4[l] += codebook[ic[l] as usize] * tc[l];

@@ -81,6 +81,25 @@ fn every_tier_within_the_exact_bound_and_a_wrong_block_is_caught() {
             "{family:?}: activations {}",
             r.act_ratio
         );
+        // The self-check's reference (no e2e sums: the stored byte pairs
+        // read directly) is the same, bit for bit.
+        let own = kernel_check::reference::reference_with(
+            &kernels::Matrix::Panel(Box::new(m.clone())),
+            &x,
+            false,
+        )
+        .unwrap();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&own.exact),
+            bits(&r.exact),
+            "{family:?}: self-check sums"
+        );
+        assert_eq!(
+            bits(&own.bound),
+            bits(&r.bound),
+            "{family:?}: self-check bounds"
+        );
         for isa in available() {
             let st = compare_exact(&run(&m, &x, isa, true), &r);
             assert!(st.pass(), "{family:?} {isa}: {st:?}");
@@ -89,11 +108,13 @@ fn every_tier_within_the_exact_bound_and_a_wrong_block_is_caught() {
         let mut p2 = panels.as_slice().to_vec();
         p2[0] ^= 0x07;
         let m2 = PanelMatrix::new(kernels::PanelView::parse(family, n, kp, &blob, &p2).unwrap());
-        let st = compare_exact(&run(&m2, &x, Isa::Scalar, false), &r);
-        assert!(
-            !st.pass() && st.worst_row == 0,
-            "{family:?}: wrong nibble passed {st:?}"
-        );
+        for r in [&r, &own] {
+            let st = compare_exact(&run(&m2, &x, Isa::Scalar, false), r);
+            assert!(
+                !st.pass() && st.worst_row == 0,
+                "{family:?}: wrong nibble passed {st:?}"
+            );
+        }
     }
 }
 

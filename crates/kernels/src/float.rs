@@ -90,10 +90,36 @@ impl<'a> FloatMatrix<'a> {
         }
     }
 
-    fn row_dot(&self, row: usize, x: &[f32]) -> f32 {
+    /// Row `row`'s weights as f32 (exact) into `out` (`k` values): what
+    /// [`FloatMatrix::at`] gives for each column, a row at a time.
+    pub fn row_into(&self, row: usize, out: &mut [f32]) {
+        let k = self.k;
+        assert!(
+            row < self.n && out.len() == k,
+            "row {row} into {} values",
+            out.len()
+        );
+        match self.ty {
+            FloatType::F16 => ggml_quants::float::fp16_slice_to_f32(
+                &self.data[2 * k * row..2 * k * (row + 1)],
+                out,
+            ),
+            FloatType::F32 => {
+                let bytes = &self.data[4 * k * row..4 * k * (row + 1)];
+                for (o, b) in out.iter_mut().zip(bytes.as_chunks::<4>().0) {
+                    *o = f32::from_le_bytes(*b);
+                }
+            }
+        }
+    }
+
+    /// `sum_c w[row][c] * x[c]` in f32, sequential in `c` (`w` is the
+    /// row's values in `buf`).
+    fn row_dot(&self, row: usize, x: &[f32], buf: &mut [f32]) -> f32 {
+        self.row_into(row, buf);
         let mut acc = 0f32;
-        for (c, &xv) in x.iter().enumerate() {
-            acc += self.at(row, c) * xv;
+        for (&w, &xv) in buf.iter().zip(x) {
+            acc += w * xv;
         }
         acc
     }
@@ -117,8 +143,9 @@ impl Gemv for FloatMatrix<'_> {
         for i in 0..m {
             let xr = &x[i * k..(i + 1) * k];
             split_rows(&mut y[i * n..(i + 1) * n], 1, exec, |first, ys| {
+                let mut buf = vec![0f32; k];
                 for (i, o) in ys.iter_mut().enumerate() {
-                    *o = self.row_dot(first + i, xr);
+                    *o = self.row_dot(first + i, xr, &mut buf);
                 }
             });
         }

@@ -327,15 +327,15 @@ impl<'a> PanelView<'a> {
         Ok(if high { b >> 4 } else { b & 15 })
     }
 
-    /// The 4-bit indices of row `n` (`n < SB64 * 64`) in group `g`, columns
-    /// `g * GROUP .. (g + 1) * GROUP` in order: the values of
-    /// [`PanelView::index`] for those columns, with one bounds check.
-    pub fn group_indices(
+    /// The stored byte pairs of row `n` (`n < SB64 * 64`) in group `g`:
+    /// pair `kg` holds the indices of columns `g * GROUP + 4 kg ..`, the
+    /// first byte columns 0 and 1 (low nibble first), the second columns 2
+    /// and 3 (FORMAT.md §CQ4.9). One bounds check.
+    pub fn group_pairs(
         &self,
         n: usize,
         g: usize,
-        out: &mut [u8; GROUP],
-    ) -> Result<(), PanelError> {
+    ) -> Result<[[u8; 2]; GROUP / KG_WIDTH], PanelError> {
         // The group's first nibble is the low one of its first kg-block's
         // byte pair for row `n`; each next kg-block is KG_BLOCK_BYTES on.
         // (The last column's check covers the group.)
@@ -355,8 +355,22 @@ impl<'a> PanelView<'a> {
                 padded_n: self.geometry.padded_n(),
                 k_total: self.geometry.k(),
             })?;
-        for (kg, q) in out.as_chunks_mut::<KG_WIDTH>().0.iter_mut().enumerate() {
-            let (b0, b1) = (span[kg * KG_BLOCK_BYTES], span[kg * KG_BLOCK_BYTES + 1]);
+        Ok(std::array::from_fn(|kg| {
+            [span[kg * KG_BLOCK_BYTES], span[kg * KG_BLOCK_BYTES + 1]]
+        }))
+    }
+
+    /// The 4-bit indices of row `n` (`n < SB64 * 64`) in group `g`, columns
+    /// `g * GROUP .. (g + 1) * GROUP` in order: the values of
+    /// [`PanelView::index`] for those columns, from [`PanelView::group_pairs`].
+    pub fn group_indices(
+        &self,
+        n: usize,
+        g: usize,
+        out: &mut [u8; GROUP],
+    ) -> Result<(), PanelError> {
+        let pairs = self.group_pairs(n, g)?;
+        for (q, [b0, b1]) in out.as_chunks_mut::<KG_WIDTH>().0.iter_mut().zip(pairs) {
             *q = [b0 & 15, b0 >> 4, b1 & 15, b1 >> 4];
         }
         Ok(())
