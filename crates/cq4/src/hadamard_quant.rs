@@ -333,21 +333,47 @@ impl HadamardQuant {
                 v[l] = s * ((v[l] / norm[l] + FIXED_MAGIC) - FIXED_MAGIC);
             }
         }
-        // FWHT (exact, §CQ4.11), lane-wise.
-        let mut h = 1;
-        while h < HADAMARD_N {
-            for i in (0..HADAMARD_N).step_by(2 * h) {
-                for t in i..i + h {
-                    let (a, b) = (x[t], x[t + h]);
-                    for l in 0..LANES {
-                        x[t][l] = a[l] + b[l];
-                        x[t + h][l] = a[l] - b[l];
-                    }
-                }
+        // FWHT (exact, §CQ4.11, so the butterflies may run in any order),
+        // lane-wise, in registers three stages at a time: h = 1, 2, 4 on
+        // each run of 8 rows, h = 8, 16, 32 on each 8 rows 8 apart, then
+        // h = 64 (one pass over the batch each, not one per stage).
+        const _: () = assert!(HADAMARD_N == 128);
+        for b in (0..HADAMARD_N).step_by(8) {
+            butterflies8(x, b, 1);
+        }
+        for b in (0..HADAMARD_N).step_by(64) {
+            for o in 0..8 {
+                butterflies8(x, b + o, 8);
             }
-            h *= 2;
+        }
+        let (lo, hi) = x.split_at_mut(HADAMARD_N / 2);
+        for (a, b) in lo.iter_mut().zip(hi) {
+            for l in 0..LANES {
+                (a[l], b[l]) = (a[l] + b[l], a[l] - b[l]);
+            }
         }
         norm
+    }
+}
+
+/// The FWHT stages `h = s, 2s, 4s` on the 8 rows `x[b + s j]`, `j = 0..8`
+/// (each row a vector of lanes), held in registers.
+#[inline(always)]
+fn butterflies8(x: &mut Batch, b: usize, s: usize) {
+    let mut v: [[f64; LANES]; 8] = std::array::from_fn(|j| x[b + s * j]);
+    for h in [1, 2, 4] {
+        for i in (0..8).step_by(2 * h) {
+            for t in i..i + h {
+                let (a, c) = (v[t], v[t + h]);
+                for l in 0..LANES {
+                    v[t][l] = a[l] + c[l];
+                    v[t + h][l] = a[l] - c[l];
+                }
+            }
+        }
+    }
+    for (j, r) in v.into_iter().enumerate() {
+        x[b + s * j] = r;
     }
 }
 
