@@ -892,16 +892,15 @@ impl PanelEncoder {
             let pc = pn.min(panels.len() - p0);
             for rb0 in (0..nrb).step_by(tn) {
                 let tc = tn.min(nrb - rb0);
-                pass_grid(
-                    self.isa,
+                let pass = GridPass {
+                    isa: self.isa,
                     apack,
                     kp,
                     rb0,
-                    tc,
-                    &panels[p0..p0 + pc],
+                    panels: &panels[p0..p0 + pc],
                     p0,
-                    &mut decide,
-                );
+                };
+                pass.run(tc, &mut decide);
             }
         }
         self.fallbacks.fetch_add(fallbacks, Ordering::Relaxed);
@@ -1113,58 +1112,51 @@ impl PanelEncoder {
     }
 }
 
-/// The tiles `rb0 .. rb0 + tc` of `apack` against `panels` (the panels
-/// `p0 ..`) in one [`simd::grid`] pass, each result handed to `decide` with
-/// its tile and panel. `tc` and `panels.len()` are at most 4 and 3.
-#[allow(clippy::too_many_arguments)]
-fn pass_grid(
+/// One [`simd::grid`] pass's operands: the tiles from `rb0` of `apack`
+/// (`kp` packed values each) against `panels`, the panels from `p0`.
+struct GridPass<'a> {
     isa: EncodeIsa,
-    apack: &[APack],
+    apack: &'a [APack],
     kp: usize,
     rb0: usize,
-    tc: usize,
-    panels: &[&[simd::BRow]],
+    panels: &'a [&'a [simd::BRow]],
     p0: usize,
-    decide: &mut impl FnMut(usize, usize, &simd::Tile),
-) {
-    fn run<const T: usize, const P: usize>(
-        isa: EncodeIsa,
-        apack: &[APack],
-        kp: usize,
-        rb0: usize,
-        panels: &[&[simd::BRow]],
-        p0: usize,
+}
+
+impl GridPass<'_> {
+    /// `tc` tiles against the panels in one pass, each result handed to
+    /// `decide` with its tile and panel. `tc` and `panels.len()` are at
+    /// most 4 and 3.
+    fn run(&self, tc: usize, decide: &mut impl FnMut(usize, usize, &simd::Tile)) {
+        assert!((1..=4).contains(&tc) && (1..=3).contains(&self.panels.len()));
+        match tc {
+            4 => self.by_panels::<4>(decide),
+            3 => self.by_panels::<3>(decide),
+            2 => self.by_panels::<2>(decide),
+            _ => self.by_panels::<1>(decide),
+        }
+    }
+
+    fn by_panels<const T: usize>(&self, decide: &mut impl FnMut(usize, usize, &simd::Tile)) {
+        match self.panels.len() {
+            3 => self.fixed::<T, 3>(decide),
+            2 => self.fixed::<T, 2>(decide),
+            _ => self.fixed::<T, 1>(decide),
+        }
+    }
+
+    fn fixed<const T: usize, const P: usize>(
+        &self,
         decide: &mut impl FnMut(usize, usize, &simd::Tile),
     ) {
-        let a = std::array::from_fn(|t| &apack[(rb0 + t) * kp..(rb0 + t + 1) * kp]);
-        let b = std::array::from_fn(|p| panels[p]);
-        for (t, row) in simd::grid::<T, P>(isa, a, b).iter().enumerate() {
+        let (kp, rb0) = (self.kp, self.rb0);
+        let a = std::array::from_fn(|t| &self.apack[(rb0 + t) * kp..(rb0 + t + 1) * kp]);
+        let b = std::array::from_fn(|p| self.panels[p]);
+        for (t, row) in simd::grid::<T, P>(self.isa, a, b).iter().enumerate() {
             for (p, tile) in row.iter().enumerate() {
-                decide(rb0 + t, p0 + p, tile);
+                decide(rb0 + t, self.p0 + p, tile);
             }
         }
-    }
-    fn by_panels<const T: usize>(
-        isa: EncodeIsa,
-        apack: &[APack],
-        kp: usize,
-        rb0: usize,
-        panels: &[&[simd::BRow]],
-        p0: usize,
-        decide: &mut impl FnMut(usize, usize, &simd::Tile),
-    ) {
-        match panels.len() {
-            3 => run::<T, 3>(isa, apack, kp, rb0, panels, p0, decide),
-            2 => run::<T, 2>(isa, apack, kp, rb0, panels, p0, decide),
-            _ => run::<T, 1>(isa, apack, kp, rb0, panels, p0, decide),
-        }
-    }
-    assert!((1..=4).contains(&tc) && (1..=3).contains(&panels.len()));
-    match tc {
-        4 => by_panels::<4>(isa, apack, kp, rb0, panels, p0, decide),
-        3 => by_panels::<3>(isa, apack, kp, rb0, panels, p0, decide),
-        2 => by_panels::<2>(isa, apack, kp, rb0, panels, p0, decide),
-        _ => by_panels::<1>(isa, apack, kp, rb0, panels, p0, decide),
     }
 }
 
