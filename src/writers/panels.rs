@@ -38,6 +38,7 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
                     SB,
                     job.transform,
                     |_, values, affine| {
+                        // (One affine for every chunk of a tensor.)
                         sums.get_or_insert_with(|| materialize::ColumnSumsUnder::new(affine, k))
                             .add(values);
                         Ok(())
