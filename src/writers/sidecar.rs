@@ -17,6 +17,16 @@ use crate::outdir::HashedFile;
 use crate::plan::Job;
 use sha256x2::Sha256;
 
+thread_local! {
+    /// The repack buffer of the last sidecar this thread wrote (up to one
+    /// 8 MiB chunk), handed to the next: a fresh buffer per tensor cost a
+    /// zeroing pass and a page fault per 4 KiB of every chunk (keep mode
+    /// writes hundreds of tensors). Taken, not borrowed: a thread waiting in
+    /// a parallel repack may start another tensor's write, which then finds
+    /// it empty and allocates its own.
+    static REPACK: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// Layout details for the manifest and `inspect` (per expert for an expert
 /// sidecar, with `experts` and `expert_bytes`).
 pub fn details(ty: GgmlType, factor: usize, shape: SidecarShape) -> serde_json::Value {
@@ -56,7 +66,11 @@ fn write_rows(
 ) -> Result<()> {
     let group = factor * row_bytes;
     let full = src.len() / group * group;
-    buf.resize(full, 0);
+    // Grown, never shrunk: every byte of `buf[..full]` is written below,
+    // so a reused buffer is not zeroed again.
+    if buf.len() < full {
+        buf.resize(full, 0);
+    }
     buf[..full]
         .par_chunks_mut(group)
         .zip(src[..full].par_chunks(group))
@@ -111,7 +125,7 @@ pub fn write(
     let row_bytes = (header.data_bytes / shape.rows().unwrap_or(1).max(1)) as usize;
     let mut w = ctx.out.create(&job.file)?;
     w.write_all(&weights_file::write::prefix(&header, &[])?)?;
-    let mut buf = Vec::new();
+    let mut buf = REPACK.with(|b| b.take());
     // The tensor's hash, beside the file's (see `writers::hashes_own_source`).
     let mut src_hash = (ctx.hash_source && !requantize).then(Sha256::new);
     if requantize {
@@ -187,6 +201,7 @@ pub fn write(
             }
         }
     }
+    REPACK.with(|b| b.set(buf));
     let done = w.commit()?;
     let source_sha256 = src_hash.map(|h| crate::outdir::hex(&h.finalize()));
     let mut d = details(ty, factor, shape);
