@@ -191,7 +191,8 @@ pub(super) fn column_squares(sums: &mut [f64], rows: &[f32], k: usize, c0: usize
 
 #[target_feature(enable = "avx2")]
 fn column_squares_avx2(sums: &mut [f64], rows: &[f32], k: usize, c0: usize) {
-    super::portable_column_squares(sums, rows, k, c0)
+    // The closure inherits this function's target features.
+    super::portable_column_squares(sums, rows, k, c0, |p| _mm_prefetch::<_MM_HINT_T0>(p.cast()))
 }
 
 /// The Hadamard batch quantizer compiled with AVX2 (the portable body,

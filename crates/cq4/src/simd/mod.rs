@@ -484,7 +484,7 @@ pub(crate) fn column_squares_of(
         }
         // Advanced SIMD is the aarch64 baseline: the portable body as built.
         #[cfg(target_arch = "aarch64")]
-        EncodeIsa::Neon if isa.supported() => portable_column_squares(sums, rows, k, c0),
+        EncodeIsa::Neon if isa.supported() => portable_column_squares(sums, rows, k, c0, |_| {}),
         _ => scalar_column_squares_of(sums, rows, k, c0),
     }
 }
@@ -534,7 +534,13 @@ const COLUMN_LANES: usize = 16;
 /// groups of [`COLUMN_ROWS`], each column's running sum kept across the
 /// group (the same additions in the same order as one row at a time).
 #[inline(always)]
-pub(crate) fn portable_column_squares(sums: &mut [f64], rows: &[f32], k: usize, c0: usize) {
+pub(crate) fn portable_column_squares(
+    sums: &mut [f64],
+    rows: &[f32],
+    k: usize,
+    c0: usize,
+    prefetch: impl Fn(*const f32),
+) {
     if k == 0 || sums.is_empty() {
         return;
     }
@@ -548,6 +554,16 @@ pub(crate) fn portable_column_squares(sums: &mut [f64], rows: &[f32], k: usize, 
         let done = sums.len() / COLUMN_LANES * COLUMN_LANES;
         let mut strips = sums.chunks_exact_mut(COLUMN_LANES);
         for (i, strip) in (&mut strips).enumerate() {
+            // The same strip of the next group's rows (`prefetch` is a hint
+            // that never faults: an address past the end is fine): a
+            // thread's band is a short run of each row, too short for the
+            // hardware prefetcher to follow.
+            for r in 0..COLUMN_ROWS {
+                prefetch(
+                    g.as_ptr()
+                        .wrapping_add((COLUMN_ROWS + r) * k + c0 + i * COLUMN_LANES),
+                );
+            }
             let strip: &mut [f64; COLUMN_LANES] = strip.try_into().expect("a whole strip");
             let mut acc = *strip;
             for col in &cols {
