@@ -69,51 +69,55 @@ pub(super) fn tiles<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
     );
     // SAFETY: AVX2 and FMA were detected on this CPU just above.
-    unsafe { tiles_by_halves(a, b) }
+    unsafe { tiles_by_rows(a, b) }
 }
 
-/// `N` tiles side by side, a block of `KB` terms at a time, the panel's two
-/// halves of 8 columns in turn: `N * MR` accumulator chains of 8 lanes (12
-/// of the 16 registers for `N` = 3) against [`tile_avx2`]'s 8, whose FMA
-/// latency leaves no slack, and one load of R per `N * MR` FMAs. Each
-/// output's chain is [`tile_avx2`]'s: the block's FMAs in `k` order, the
-/// block sum converted to f64 and added in block order, so the bits are
-/// the same. The caller gives every `a[i]` the length of `b`, a multiple
-/// of `KB`.
+/// `N` tiles over one R panel in passes of up to 6 of their `N * MR` rows,
+/// each pass over all 16 columns: 6 rows x 16 columns = 12 accumulators of
+/// 8 lanes, 2 registers of R and the broadcast (15 of the 16 registers).
+/// Per term, 6 broadcasts of `uf` and 2 loads of R for 12 FMAs (8
+/// load-port operations, 9 with the prefetch, against the 12 FMAs' 6
+/// cycles), where a pass over half the panel's columns for 3 tiles did 12
+/// broadcasts and 1 load for 12 FMAs (the loads, not the FMAs, bound it).
+/// Each output's chain is [`tile_avx2`]'s: the block's FMAs in `k` order
+/// from zero, the block sum converted to f64 and added in block order, so
+/// the bits are the same (tests: `simd::tests`, every grid shape against
+/// single tiles).
 #[target_feature(enable = "avx2,fma")]
-fn tiles_by_halves<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
+fn tiles_by_rows<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
     let mut out = [[[_mm256_setzero_pd(); NR / 4]; MR]; N];
     let (bblocks, _) = b.as_chunks::<KB>();
     let ablocks: [&[[APack; KB]]; N] = a.map(|x| x.as_chunks::<KB>().0);
     for (blk, bb) in bblocks.iter().enumerate() {
         let ab: [&[APack; KB]; N] = std::array::from_fn(|t| &ablocks[t][blk]);
-        for h in 0..2 {
-            let mut acc = [[_mm256_setzero_ps(); MR]; N];
-            for k in 0..KB {
-                // The row PREFETCH_ROWS ahead into L1 (as the AVX-512 tile
-                // does; the second half's pass finds it there already).
-                _mm_prefetch::<_MM_HINT_T0>(
-                    b.as_ptr()
-                        .wrapping_add(blk * KB + k + super::PREFETCH_ROWS)
-                        .cast(),
-                );
-                // SAFETY: `bb[k]` is a `[f32; 16]` and h < 2: the 8-lane
-                // unaligned load reads its half h.
-                let bv = unsafe { _mm256_loadu_ps(bb[k].as_ptr().add(8 * h)) };
-                for (acc_t, a_t) in acc.iter_mut().zip(&ab) {
-                    let x = &a_t[k];
-                    for r in 0..MR {
-                        acc_t[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r]), bv, acc_t[r]);
-                    }
-                }
+        // The R row PREFETCH_ROWS ahead of each term into L1 (in the
+        // block's first pass; the others find its rows there).
+        let ahead = b.as_ptr().wrapping_add(blk * KB + super::PREFETCH_ROWS);
+        // Rows A0 .. A0 + NA of tile `ta`, then rows 0 .. NB of tile `tb`.
+        macro_rules! pass {
+            ($a0:literal, $na:literal, $nb:literal, $ta:expr, $tb:expr, $first:expr) => {{
+                let (x, y) = rows_pass::<$a0, $na, $nb>(ab[$ta], ab[$tb], bb, $first, ahead);
+                add_block(&mut out[$ta], $a0, &x);
+                add_block(&mut out[$tb], 0, &y);
+            }};
+        }
+        match N {
+            2 => {
+                pass!(0, 4, 2, 0, 1, true);
+                pass!(2, 2, 0, 1, 1, false);
             }
-            for (out_t, acc_t) in out.iter_mut().zip(&acc) {
-                for r in 0..MR {
-                    let v = acc_t[r];
-                    let lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-                    let hi = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v));
-                    out_t[r][2 * h] = _mm256_add_pd(out_t[r][2 * h], lo);
-                    out_t[r][2 * h + 1] = _mm256_add_pd(out_t[r][2 * h + 1], hi);
+            3 => {
+                pass!(0, 4, 2, 0, 1, true);
+                pass!(2, 2, 4, 1, 2, false);
+            }
+            4 => {
+                pass!(0, 4, 2, 0, 1, true);
+                pass!(2, 2, 4, 1, 2, false);
+                pass!(0, 4, 0, 3, 3, false);
+            }
+            _ => {
+                for t in 0..N {
+                    pass!(0, 4, 0, t, t, t == 0);
                 }
             }
         }
@@ -129,6 +133,62 @@ fn tiles_by_halves<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
         }
     }
     res
+}
+
+/// One pass of [`tiles_by_rows`] over a block of `KB` terms, all 16
+/// columns: the block sums of rows `A0 .. A0 + NA` of `ta` and of rows
+/// `0 .. NB` of `tb` (every row index a constant: the broadcasts read
+/// fixed offsets).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn rows_pass<const A0: usize, const NA: usize, const NB: usize>(
+    ta: &[APack; KB],
+    tb: &[APack; KB],
+    bb: &[BRow; KB],
+    prefetch: bool,
+    ahead: *const BRow,
+) -> ([[__m256; 2]; NA], [[__m256; 2]; NB]) {
+    const { assert!(A0 + NA <= MR && NB <= MR && NA + NB <= 6) };
+    let mut acc_a = [[_mm256_setzero_ps(); 2]; NA];
+    let mut acc_b = [[_mm256_setzero_ps(); 2]; NB];
+    for (k, y) in bb.iter().enumerate() {
+        if prefetch {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(k).cast());
+        }
+        // SAFETY: `y` is a `[f32; 16]`: both 8-lane unaligned loads read
+        // inside it.
+        let (b0, b1) = unsafe {
+            (
+                _mm256_loadu_ps(y.as_ptr()),
+                _mm256_loadu_ps(y.as_ptr().add(8)),
+            )
+        };
+        for (i, acc) in acc_a.iter_mut().enumerate() {
+            let av = _mm256_set1_ps(ta[k][A0 + i]);
+            acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
+            acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
+        }
+        for (i, acc) in acc_b.iter_mut().enumerate() {
+            let av = _mm256_set1_ps(tb[k][i]);
+            acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
+            acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
+        }
+    }
+    (acc_a, acc_b)
+}
+
+/// Add the block sums of rows `r0 ..` of one tile to its f64 sums.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn add_block(out: &mut [[__m256d; NR / 4]; MR], r0: usize, acc: &[[__m256; 2]]) {
+    for (o, acc) in out[r0..].iter_mut().zip(acc) {
+        for h in 0..2 {
+            let lo = _mm256_cvtps_pd(_mm256_castps256_ps128(acc[h]));
+            let hi = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(acc[h]));
+            o[2 * h] = _mm256_add_pd(o[2 * h], lo);
+            o[2 * h + 1] = _mm256_add_pd(o[2 * h + 1], hi);
+        }
+    }
 }
 
 /// [`super::all_finite`] compiled with AVX2 (the portable scan, 8 lanes).
@@ -182,7 +242,8 @@ fn gather_batch_avx2(src: [&[f32]; LANES], x: &mut Batch) {
 }
 
 /// [`super::column_squares`] compiled with AVX2 (the portable body, 4 f64
-/// lanes per register; the same operations column by column).
+/// lanes per register; the same operations column by column), the next
+/// rows prefetched into L1.
 pub(super) fn column_squares(sums: &mut [f64], rows: &[f32], k: usize, c0: usize) {
     assert!(std::arch::is_x86_feature_detected!("avx2"));
     // SAFETY: AVX2 was detected on this CPU just above.

@@ -172,8 +172,8 @@ pub(crate) fn tile(isa: EncodeIsa, a: &[APack], b: &[BRow]) -> Tile {
 /// `T x P` tiles, `T` row tiles against `P` R panels: `out[t][p]` is
 /// `tile(isa, a[t], b[p])`, bit for bit. The AVX-512 tier runs them in one
 /// pass (`avx512::grid`: one broadcast of `uf` per `P` FMAs, one load of R
-/// per `T * MR`); the AVX2 tier runs each panel's `T` tiles in one pass
-/// (`avx2::tiles_by_halves`); the others run them in turn.
+/// per `T * MR`); the AVX2 tier runs each panel's `T` tiles in passes of
+/// 6 rows (`avx2::tiles_by_rows`); the others run them in turn.
 #[inline]
 pub(crate) fn grid<const T: usize, const P: usize>(
     isa: EncodeIsa,
@@ -196,8 +196,8 @@ pub(crate) fn grid<const T: usize, const P: usize>(
 
 /// The largest `(T, P)` for [`grid`] on `isa`: as many accumulator chains
 /// as the registers hold, in the shape with the fewest loads per FMA
-/// (AVX-512: 2 tiles x 3 panels = 24 chains of 16 lanes; AVX2: 3 tiles x 4
-/// rows of 8 lanes, a half panel at a time = 12 of 16 registers). 4 tiles
+/// (AVX-512: 2 tiles x 3 panels = 24 chains of 16 lanes; AVX2: 3 tiles of
+/// one panel, 6 rows x 16 columns at a time = 12 of 16 registers). 4 tiles
 /// of one panel on the tiers that run tiles in turn (the row group that
 /// shares the panel in L1).
 pub(crate) fn grid_shape(isa: EncodeIsa) -> (usize, usize) {
