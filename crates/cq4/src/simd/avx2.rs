@@ -1,7 +1,7 @@
-//! The filter tile on x86-64 AVX2 + FMA: `MR` rows x `NR` = 16 columns as
-//! 8 accumulators of 8 f32 lanes, one fused multiply-add per product (one
-//! rounding per term, the arithmetic `E` is derived for), each block of
-//! `KB` terms converted to f64 and added to the f64 sums.
+//! The filter tiles on x86-64 AVX2 + FMA: up to 6 rows x `NR` = 16
+//! columns per pass as accumulators of 8 f32 lanes, one fused multiply-add
+//! per product (one rounding per term, the arithmetic `E` is derived for),
+//! each block of `KB` terms converted to f64 and added to the f64 sums.
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::*;
@@ -11,56 +11,6 @@ use crate::hadamard::FIXED_MAGIC;
 use crate::hadamard_quant::{
     Batch, BatchIdx, HadamardQuant, Positions, Rotated, Row, SearchTable, BUCKETS, LANES, SCAN,
 };
-
-/// Safe entry: checks the CPU, then runs the kernel.
-pub(super) fn tile(a: &[APack], b: &[BRow]) -> Tile {
-    assert!(
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    );
-    // SAFETY: AVX2 and FMA were detected on this CPU just above.
-    unsafe { tile_avx2(a, b) }
-}
-
-#[target_feature(enable = "avx2,fma")]
-fn tile_avx2(a: &[APack], b: &[BRow]) -> Tile {
-    let mut out = [[_mm256_setzero_pd(); NR / 4]; MR];
-    for (ab, bb) in a.chunks_exact(KB).zip(b.chunks_exact(KB)) {
-        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
-        for (x, y) in ab.iter().zip(bb) {
-            // SAFETY: `y` is a `[f32; 16]`: both 8-lane unaligned loads read
-            // inside it.
-            let (b0, b1) = unsafe {
-                (
-                    _mm256_loadu_ps(y.as_ptr()),
-                    _mm256_loadu_ps(y.as_ptr().add(8)),
-                )
-            };
-            for r in 0..MR {
-                let av = _mm256_set1_ps(x[r]);
-                acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-                acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
-            }
-        }
-        for r in 0..MR {
-            for h in 0..2 {
-                let v = acc[r][h];
-                let lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-                let hi = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v));
-                out[r][2 * h] = _mm256_add_pd(out[r][2 * h], lo);
-                out[r][2 * h + 1] = _mm256_add_pd(out[r][2 * h + 1], hi);
-            }
-        }
-    }
-    let mut res = [[0.0f64; NR]; MR];
-    for r in 0..MR {
-        for (q, v) in out[r].iter().enumerate() {
-            // SAFETY: `res[r][4q .. 4q + 4]` is inside the `[f64; 16]` row
-            // (q < 4); unaligned store.
-            unsafe { _mm256_storeu_pd(res[r].as_mut_ptr().add(4 * q), *v) };
-        }
-    }
-    res
-}
 
 /// `N` tiles over one R panel: `[tile(a[0], b), .., tile(a[N-1], b)]` bit
 /// for bit. Safe entry: checks the CPU, then runs the kernel.
@@ -79,9 +29,9 @@ pub(super) fn tiles<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
 /// load-port operations, 9 with the prefetch, against the 12 FMAs' 6
 /// cycles), where a pass over half the panel's columns for 3 tiles did 12
 /// broadcasts and 1 load for 12 FMAs (the loads, not the FMAs, bound it).
-/// Each output's chain is [`tile_avx2`]'s: the block's FMAs in `k` order
+/// Each output's chain is the scalar tile's: the block's FMAs in `k` order
 /// from zero, the block sum converted to f64 and added in block order, so
-/// the bits are the same (tests: `simd::tests`, every grid shape against
+/// the bits are the same whatever the pass shape (tests: `simd::tests`, every grid shape against
 /// single tiles).
 #[target_feature(enable = "avx2,fma")]
 fn tiles_by_rows<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {

@@ -157,7 +157,10 @@ pub(crate) fn tile(isa: EncodeIsa, a: &[APack], b: &[BRow]) -> Tile {
     assert!(a.len() == b.len() && a.len().is_multiple_of(KB));
     match isa {
         #[cfg(target_arch = "x86_64")]
-        EncodeIsa::Avx2 if isa.supported() => avx2::tile(a, b),
+        EncodeIsa::Avx2 if isa.supported() => {
+            let [t] = avx2::tiles([a], b);
+            t
+        }
         #[cfg(target_arch = "x86_64")]
         EncodeIsa::Avx512 if isa.supported() => {
             let [[t]] = avx512::grid([a], [b]);
