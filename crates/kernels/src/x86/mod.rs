@@ -126,21 +126,66 @@ pub fn has_gfni() -> bool {
 pub fn halves() -> bool {
     static HALVES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HALVES.get_or_init(|| {
-        // Leaves 0 and 1 exist on every x86-64 CPU.
-        let (v, l1) = (__cpuid(0), __cpuid(1));
-        let vendor = [v.ebx, v.edx, v.ecx].map(u32::to_le_bytes).concat();
-        let base = (l1.eax >> 8) & 0xF;
-        let family = if base == 0xF {
-            base + ((l1.eax >> 20) & 0xFF)
-        } else {
-            base
-        };
-        let model = ((l1.eax >> 4) & 0xF) | (((l1.eax >> 16) & 0xF) << 4);
-        match &vendor[..] {
+        let (vendor, family, model) = cpu_model();
+        match &vendor {
             b"AuthenticAMD" => family == 0x17 && model < 0x30,
             b"HygonGenuine" => family == 0x18,
             _ => false,
         }
+    })
+}
+
+/// The CPU's vendor string, family and model (`cpuid` leaves 0 and 1, with
+/// the extended family and model folded in as the vendors document).
+fn cpu_model() -> ([u8; 12], u32, u32) {
+    // Leaves 0 and 1 exist on every x86-64 CPU.
+    let (v, l1) = (__cpuid(0), __cpuid(1));
+    let mut vendor = [0u8; 12];
+    for (d, w) in vendor.chunks_exact_mut(4).zip([v.ebx, v.edx, v.ecx]) {
+        d.copy_from_slice(&w.to_le_bytes());
+    }
+    let base = (l1.eax >> 8) & 0xF;
+    let family = if base == 0xF {
+        base + ((l1.eax >> 20) & 0xFF)
+    } else {
+        base
+    };
+    let model = ((l1.eax >> 4) & 0xF) | (((l1.eax >> 16) & 0xF) << 4);
+    (vendor, family, model)
+}
+
+/// Where the R8 kernels' software prefetch puts an R8 group's stream (a
+/// hint: the bits never depend on it). Measured per CPU model, because the
+/// two CPU models measured so far want opposite things
+/// (docs/BENCHMARKS.md, sessions 17 and 22):
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum R8Prefetch {
+    /// Into L2 (`prefetcht1`) at twice the plain distance, L2 -> L1 left
+    /// to the hardware. The default: on a Rocket Lake (family 6 model 167,
+    /// 512 KB L2) it beat L1 at 2x and 4x the distance by 12 - 21 % on R8
+    /// Q6_K from DRAM.
+    L2,
+    /// Into L1 (`prefetcht0`) at four times the plain distance. Ice Lake
+    /// server (family 6 models 106 and 108, 1.25 MB L2): against
+    /// [`L2`](Self::L2), +10 % from L3 and +8 % from DRAM (geometric means over
+    /// R8 Q4_K / Q6_K / Q8_0, three shapes, 1 and 2 threads); 3x, 6x and 8x
+    /// gave the same.
+    L1Far,
+}
+
+/// [`R8Prefetch`] for this CPU: [`R8Prefetch::L1Far`] on the CPU models
+/// where it measured faster, [`R8Prefetch::L2`] elsewhere;
+/// `KERNELS_R8_PREFETCH=l1` or `=l2` overrides it (to measure a CPU model
+/// not in the list; any other value is ignored). Probed once.
+pub fn r8_prefetch() -> R8Prefetch {
+    static P: std::sync::OnceLock<R8Prefetch> = std::sync::OnceLock::new();
+    *P.get_or_init(|| match std::env::var("KERNELS_R8_PREFETCH").as_deref() {
+        Ok("l1") => R8Prefetch::L1Far,
+        Ok("l2") => R8Prefetch::L2,
+        _ => match cpu_model() {
+            (v, 6, 106 | 108) if &v == b"GenuineIntel" => R8Prefetch::L1Far,
+            _ => R8Prefetch::L2,
+        },
     })
 }
 
@@ -184,8 +229,10 @@ pub(crate) struct Uniform<const B: usize, const PACKED: bool> {
     d: usize,
     stride: usize,
     /// Prefetch distance: whole strides, at least `PREFETCH_BYTES` (R8:
-    /// twice that).
+    /// two or four times that, see [`R8Prefetch`]).
     ahead: usize,
+    /// R8: prefetch into L1 ([`R8Prefetch::L1Far`]) rather than L2.
+    l1: bool,
     /// Past a stream's end, the next group.
     look: crate::operands::Lookahead,
 }
@@ -210,16 +257,22 @@ impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
         }
         let base = g.data().as_ptr();
         let stride = st[0];
+        let l1 = PACKED && r8_prefetch() == R8Prefetch::L1Far;
         Some(Uniform {
             // wrapping_add: no dereference here; the RowGroup invariant
             // makes every pointer produced for b < nblocks in bounds.
             half: [base.wrapping_add(o[0]), base.wrapping_add(o[4])],
             d: if PACKED { B } else { d },
             stride,
-            // R8 (`PACKED`): twice as far, into L2 (see `prefetch`).
+            // R8 (`PACKED`): further (see `R8Prefetch`).
             ahead: crate::operands::PREFETCH_BYTES.div_ceil(stride.max(1))
                 * stride
-                * if PACKED { 2 } else { 1 },
+                * match (PACKED, l1) {
+                    (false, _) => 1,
+                    (true, false) => 2,
+                    (true, true) => 4,
+                },
+            l1,
             look: crate::operands::Lookahead::new(o, st, g.nblocks()),
         })
     }
@@ -243,21 +296,15 @@ impl<const B: usize, const PACKED: bool> Rows for Uniform<B, PACKED> {
         if PACKED {
             // Each half is 4 adjacent blocks: every line of them. An R8
             // group is one stream, so the hardware prefetchers follow fewer
-            // streams than for R4 or plain rows; its lines go into L2 at
-            // twice the distance (T1), and L2 -> L1 is left to the hardware.
-            // Against T0 at the plain distance (docs/BENCHMARKS.md, session
-            // 17): R8 Q6_K from DRAM +12 - 21 % on both x86 tiers, Q4_K and
-            // Q8_0 within noise, L3-resident cells unchanged.
+            // streams than for R4 or plain rows, and the software prefetch
+            // runs further ahead: into L2 or L1 by CPU model (`R8Prefetch`).
             for h in 0..2 {
                 let q = self.half[h].wrapping_add(ahead);
-                let mut off = 0;
-                while off < 4 * B {
-                    // SAFETY: a hint; never faults.
-                    unsafe { _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(off).cast()) };
-                    off += 64;
+                if self.l1 {
+                    lines::<_MM_HINT_T0>(q, 4 * B);
+                } else {
+                    lines::<_MM_HINT_T1>(q, 4 * B);
                 }
-                // SAFETY: as above.
-                unsafe { _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(4 * B - 1).cast()) };
             }
         } else {
             // Plain rows: 8 streams, the lines of each slot's block.
@@ -276,6 +323,20 @@ impl<const B: usize, const PACKED: bool> Rows for Uniform<B, PACKED> {
             }
         }
     }
+}
+
+/// Prefetch (hint `HINT`) every cache line of `q .. q + len` (`len >= 1`):
+/// one per 64 bytes and the last byte's.
+#[inline(always)]
+fn lines<const HINT: i32>(q: *const u8, len: usize) {
+    let mut off = 0;
+    while off < len {
+        // SAFETY: a hint; never faults, whatever the address.
+        unsafe { _mm_prefetch::<HINT>(q.wrapping_add(off).cast()) };
+        off += 64;
+    }
+    // SAFETY: as above.
+    unsafe { _mm_prefetch::<HINT>(q.wrapping_add(len - 1).cast()) };
 }
 
 /// Run `$body` with `$s` bound to the cheapest [`Rows`] for group `$g`
