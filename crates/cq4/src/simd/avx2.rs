@@ -29,10 +29,10 @@ pub(super) fn tiles<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
 /// load-port operations, 9 with the prefetch, against the 12 FMAs' 6
 /// cycles), where a pass over half the panel's columns for 3 tiles did 12
 /// broadcasts and 1 load for 12 FMAs (the loads, not the FMAs, bound it).
-/// Each output's chain is the scalar tile's: the block's FMAs in `k` order
-/// from zero, the block sum converted to f64 and added in block order, so
-/// the bits are the same whatever the pass shape (tests: `simd::tests`, every grid shape against
-/// single tiles).
+/// Each output's chain is the same whatever the pass shape: the block's
+/// FMAs in `k` order from zero, the block sum converted to f64 and added in
+/// block order, so the bits are too (tests: `simd::tests`, every grid
+/// shape against single tiles).
 #[target_feature(enable = "avx2,fma")]
 fn tiles_by_rows<const N: usize>(a: [&[APack]; N], b: &[BRow]) -> [Tile; N] {
     let mut out = [[[_mm256_setzero_pd(); NR / 4]; MR]; N];

@@ -173,6 +173,17 @@ pub enum R8Prefetch {
     L1Far,
 }
 
+impl R8Prefetch {
+    /// The distance, in multiples of the plain one (`PREFETCH_BYTES` in
+    /// whole strides).
+    const fn times(self) -> usize {
+        match self {
+            R8Prefetch::L2 => 2,
+            R8Prefetch::L1Far => 4,
+        }
+    }
+}
+
 /// [`R8Prefetch`] for this CPU: [`R8Prefetch::L1Far`] on the CPU models
 /// where it measured faster, [`R8Prefetch::L2`] elsewhere;
 /// `KERNELS_R8_PREFETCH=l1` or `=l2` overrides it (to measure a CPU model
@@ -257,22 +268,18 @@ impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
         }
         let base = g.data().as_ptr();
         let stride = st[0];
-        let l1 = PACKED && r8_prefetch() == R8Prefetch::L1Far;
+        // Plain rows and R4 prefetch into L1 at the plain distance.
+        let r8 = PACKED.then(r8_prefetch);
         Some(Uniform {
             // wrapping_add: no dereference here; the RowGroup invariant
             // makes every pointer produced for b < nblocks in bounds.
             half: [base.wrapping_add(o[0]), base.wrapping_add(o[4])],
             d: if PACKED { B } else { d },
             stride,
-            // R8 (`PACKED`): further (see `R8Prefetch`).
             ahead: crate::operands::PREFETCH_BYTES.div_ceil(stride.max(1))
                 * stride
-                * match (PACKED, l1) {
-                    (false, _) => 1,
-                    (true, false) => 2,
-                    (true, true) => 4,
-                },
-            l1,
+                * r8.map_or(1, R8Prefetch::times),
+            l1: r8 == Some(R8Prefetch::L1Far),
             look: crate::operands::Lookahead::new(o, st, g.nblocks()),
         })
     }
@@ -309,24 +316,15 @@ impl<const B: usize, const PACKED: bool> Rows for Uniform<B, PACKED> {
         } else {
             // Plain rows: 8 streams, the lines of each slot's block.
             for r in 0..8 {
-                let q = self.at(r).wrapping_add(ahead);
-                let mut off = 0;
-                while off < B {
-                    // SAFETY: a hint; never faults.
-                    unsafe { _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(off).cast()) };
-                    off += 64;
-                }
-                if B > 64 {
-                    // SAFETY: as above.
-                    unsafe { _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(B - 1).cast()) };
-                }
+                lines::<_MM_HINT_T0>(self.at(r).wrapping_add(ahead), B);
             }
         }
     }
 }
 
-/// Prefetch (hint `HINT`) every cache line of `q .. q + len` (`len >= 1`):
-/// one per 64 bytes and the last byte's.
+/// Prefetch (hint `HINT`) the cache lines of `q .. q + len`: one per 64
+/// bytes, and the last byte's when `len > 64` (a shorter span is left to
+/// its first line; R8's spans are 4 blocks, always longer).
 #[inline(always)]
 fn lines<const HINT: i32>(q: *const u8, len: usize) {
     let mut off = 0;
@@ -335,8 +333,10 @@ fn lines<const HINT: i32>(q: *const u8, len: usize) {
         unsafe { _mm_prefetch::<HINT>(q.wrapping_add(off).cast()) };
         off += 64;
     }
-    // SAFETY: as above.
-    unsafe { _mm_prefetch::<HINT>(q.wrapping_add(len - 1).cast()) };
+    if len > 64 {
+        // SAFETY: as above.
+        unsafe { _mm_prefetch::<HINT>(q.wrapping_add(len - 1).cast()) };
+    }
 }
 
 /// Run `$body` with `$s` bound to the cheapest [`Rows`] for group `$g`
