@@ -261,7 +261,8 @@ pub(crate) type Nibbles = [u8; NR / 2];
 /// [`Nibbles`] (an [`UNCERTAIN`] entry leaves an arbitrary nibble), and the
 /// mask of the entries that are [`UNCERTAIN`] (bit `q` for column `q`): the
 /// same on every tier (the AVX2 and AVX-512 tiers compute the buckets with
-/// the same f64 operations, gather the entries and pack them in vectors).
+/// the same f64 operations and pack the entries in vectors; AVX-512
+/// gathers them, AVX2 loads them one by one).
 #[inline]
 pub(crate) fn lookup_row(isa: EncodeIsa, t: Buckets<'_>, est: &[f64; NR]) -> (Nibbles, u32) {
     assert!(t.table.len() == TABLE_BUCKETS + TABLE_TAIL);
