@@ -386,10 +386,22 @@ pub(crate) fn all_finite(isa: EncodeIsa, values: &[f32]) -> bool {
 /// value: each is 0, non-finite, or of a magnitude whose image is finite
 /// and, for `e < 0`, a normal f32 (`2^-126 <= |v| 2^e < 2^128`; a
 /// subnormal scaled up only moves its bits). On the best tier (the x86
-/// tiers scan 8 values per instruction).
+/// tiers scan 8 values per instruction), in parts of [`PAR_SCAN_VALUES`]
+/// on rayon's threads when there are several (the answer is each value's,
+/// so any split gives it).
 pub fn pow2_scaling_is_exact(e: i32, values: &[f32]) -> bool {
-    pow2_scaling_is_exact_on(EncodeIsa::best(), e, values)
+    let isa = EncodeIsa::best();
+    if values.len() < 2 * PAR_SCAN_VALUES || rayon::current_num_threads() < 2 {
+        return pow2_scaling_is_exact_on(isa, e, values);
+    }
+    use rayon::prelude::*;
+    values
+        .par_chunks(PAR_SCAN_VALUES)
+        .all(|part| pow2_scaling_is_exact_on(isa, e, part))
 }
+
+/// Values per part of a parallel [`pow2_scaling_is_exact`] (1 MiB of f32).
+pub const PAR_SCAN_VALUES: usize = 1 << 18;
 
 /// [`pow2_scaling_is_exact`] on `isa`: the same answer on every tier.
 pub(crate) fn pow2_scaling_is_exact_on(isa: EncodeIsa, e: i32, values: &[f32]) -> bool {
@@ -875,6 +887,30 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// The parallel scan gives the one-pass answer: a value that is not
+    /// carried exactly in the first, a middle or the last part (or in none)
+    /// of an input long enough to be split, on a pool of 2 threads.
+    #[test]
+    fn parallel_pow2_scan_is_the_one_pass_answer() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let len = 3 * PAR_SCAN_VALUES + 5;
+        for bad in [None, Some(0), Some(PAR_SCAN_VALUES + 17), Some(len - 1)] {
+            let mut v = vec![0.25f32; len];
+            if let Some(at) = bad {
+                v[at] = f32::MIN_POSITIVE;
+            }
+            for e in [-4, 4] {
+                let want = portable_pow2_scaling_is_exact(e, &v);
+                // 2^-126 * 2^-4 is not normal: only e > 0 carries it.
+                assert_eq!(want, bad.is_none() || e > 0);
+                assert_eq!(pool.install(|| pow2_scaling_is_exact(e, &v)), want);
             }
         }
     }
