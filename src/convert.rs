@@ -363,6 +363,18 @@ fn importance_estimate(
     }
 }
 
+/// Make the codebooks and rotations the portion's CQ4 matrices take from
+/// their bundle ([`cq4::Bundle::prepare`]). An error is left to the
+/// tensor's encoder, which gives it with the tensor's name.
+fn prepare_bundle(plan: &Plan, portion: &Portion) {
+    for &i in &portion.jobs {
+        let job = &plan.jobs[i];
+        if let (Action::Panels { family, bundle }, [_, k]) = (&job.action, &job.tensor.shape[..]) {
+            let _ = bundle.prepare(*family, *k as usize);
+        }
+    }
+}
+
 /// Write a portion of the bundle into the staging folder; with `check`,
 /// run the self-check on each tensor file right after it is written
 /// ([`crate::verify::check_staged_file`]; failures are in [`Done::failed`]).
@@ -442,7 +454,14 @@ fn write_portion(
     // The jobs, after the estimate; `hashed` (the tensors' hashes) is given
     // with --resume.
     let run_jobs = |hashed: Option<&HashMap<usize, String>>| -> Result<Vec<Job>> {
-        let estimate = importance_estimate(cat, plan, portion, opts, quiet)?;
+        // The estimate is a chain of layers that leaves a thread idle at
+        // times; the bundle's codebooks and rotations (the orthogonal one
+        // `O(Kp^3)`) fill it.
+        let (estimate, ()) = rayon::join(
+            || importance_estimate(cat, plan, portion, opts, quiet),
+            || prepare_bundle(plan, portion),
+        );
+        let estimate = estimate?;
         let pb = progress(total, quiet);
         let ctx = writers::Ctx {
             cat,

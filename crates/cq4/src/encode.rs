@@ -86,6 +86,35 @@ impl Bundle {
         })
     }
 
+    /// What every encoder of `family` at padded width `kp` shares, from
+    /// the cache: the codebook and, for the orthogonal family, the rotation.
+    #[allow(clippy::type_complexity)]
+    fn shared(
+        &self,
+        family: Family,
+        kp: usize,
+    ) -> Result<(Arc<Codebook>, Option<Arc<OrthogonalRotation>>), Cq4Error> {
+        Ok(match family {
+            Family::Hadamard => (self.codebook(HADAMARD_N)?, None),
+            Family::Orthogonal => (self.codebook(kp)?, Some(self.orthogonal(kp)?)),
+        })
+    }
+
+    /// Makes what [`Bundle::encoder`] takes from the cache for tensors of
+    /// `k` columns (unpadded) of `family`: the codebook, and the rotation
+    /// of the orthogonal family (`O(kp^3)`), so that a caller can make them
+    /// beside other work before its encoders start. Errors are those the
+    /// encoder would give; nothing is cached then.
+    pub fn prepare(&self, family: Family, k: usize) -> Result<(), Cq4Error> {
+        if k == 0 {
+            return Ok(());
+        }
+        let kp = k
+            .checked_next_multiple_of(GROUP_SIZE)
+            .ok_or(Cq4Error::TooLarge { n: 0, k })?;
+        self.shared(family, kp).map(|_| ())
+    }
+
     /// An encoder for an `n x k` tensor (`k` unpadded) of `family`.
     pub fn encoder(&self, family: Family, n: usize, k: usize) -> Result<PanelEncoder, Cq4Error> {
         if n == 0 || k == 0 {
@@ -95,10 +124,7 @@ impl Bundle {
             .checked_next_multiple_of(GROUP_SIZE)
             .ok_or(Cq4Error::TooLarge { n, k })?;
         let geometry = PanelGeometry::new(n, kp, GROUP_SIZE)?;
-        let (codebook, orth) = match family {
-            Family::Hadamard => (self.codebook(HADAMARD_N)?, None),
-            Family::Orthogonal => (self.codebook(kp)?, Some(self.orthogonal(kp)?)),
-        };
+        let (codebook, orth) = self.shared(family, kp)?;
         let max_abs = codebook.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         let (cb_factor, stored_bits) = match family {
             Family::Hadamard => {
@@ -1180,6 +1206,31 @@ fn exact_dot(u: &[f64], r: &[f32]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `prepare` leaves in the cache what the encoders then take (the same
+    /// codebook and rotation, not new ones), and fails where the encoder
+    /// fails: an orthogonal width over the limit.
+    #[test]
+    fn prepare_fills_the_cache_the_encoders_read() {
+        let b = Bundle::new(crate::rng::DEFAULT_SEED);
+        b.prepare(Family::Orthogonal, 600).unwrap();
+        b.prepare(Family::Hadamard, 600).unwrap();
+        assert_eq!(
+            b.rotations.lock().unwrap().keys().collect::<Vec<_>>(),
+            [&640]
+        );
+        assert_eq!(
+            b.codebooks.lock().unwrap().keys().collect::<Vec<_>>(),
+            [&HADAMARD_N, &640]
+        );
+        let cached = b.orthogonal(640).unwrap();
+        let enc = b.encoder(Family::Orthogonal, 3, 600).unwrap();
+        assert!(std::ptr::eq(enc.orthogonal().unwrap(), &*cached));
+        let k = crate::orthogonal::MAX_ORTHOGONAL_KP + 1;
+        assert!(b.prepare(Family::Orthogonal, k).is_err());
+        assert!(b.encoder(Family::Orthogonal, 1, k).is_err());
+        b.prepare(Family::Orthogonal, 0).unwrap();
+    }
 
     /// Every tier's estimate is within the proven bound of the exact value
     /// (the property the filter's safety rests on), on Gaussian rows and on
