@@ -47,6 +47,7 @@ pub(crate) const KB: usize = 64;
 /// How far ahead (in rows of a packed R panel, 64 bytes each) the x86
 /// filter tiles prefetch R into L1: 2 KB, measured best of 16, 24, 32, 64
 /// on the AVX-512 guest (16 was slower than none).
+#[cfg(target_arch = "x86_64")]
 pub(crate) const PREFETCH_ROWS: usize = 32;
 
 /// `MR` rows of `uf` as f32, packed `[k][MR]`.
