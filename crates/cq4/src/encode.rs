@@ -53,6 +53,13 @@ fn cached<T>(
     Ok(m.entry(key).or_insert(v).clone())
 }
 
+/// `Kp`: `k` padded to whole groups (an `n x k` tensor's error when it
+/// does not fit).
+fn padded_width(n: usize, k: usize) -> Result<usize, Cq4Error> {
+    k.checked_next_multiple_of(GROUP_SIZE)
+        .ok_or(Cq4Error::TooLarge { n, k })
+}
+
 impl Bundle {
     /// A bundle for `seed` (the CLI's `--seed`; default [`crate::rng::DEFAULT_SEED`]).
     pub fn new(seed: u64) -> Self {
@@ -109,10 +116,7 @@ impl Bundle {
         if k == 0 {
             return Ok(());
         }
-        let kp = k
-            .checked_next_multiple_of(GROUP_SIZE)
-            .ok_or(Cq4Error::TooLarge { n: 0, k })?;
-        self.shared(family, kp).map(|_| ())
+        self.shared(family, padded_width(0, k)?).map(|_| ())
     }
 
     /// An encoder for an `n x k` tensor (`k` unpadded) of `family`.
@@ -120,9 +124,7 @@ impl Bundle {
         if n == 0 || k == 0 {
             return Err(Cq4Error::EmptyTensor { n, k });
         }
-        let kp = k
-            .checked_next_multiple_of(GROUP_SIZE)
-            .ok_or(Cq4Error::TooLarge { n, k })?;
+        let kp = padded_width(n, k)?;
         let geometry = PanelGeometry::new(n, kp, GROUP_SIZE)?;
         let (codebook, orth) = self.shared(family, kp)?;
         let max_abs = codebook.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));

@@ -387,8 +387,8 @@ pub(crate) fn all_finite(isa: EncodeIsa, values: &[f32]) -> bool {
 /// value: each is 0, non-finite, or of a magnitude whose image is finite
 /// and, for `e < 0`, a normal f32 (`2^-126 <= |v| 2^e < 2^128`; a
 /// subnormal scaled up only moves its bits). On the best tier (the x86
-/// tiers scan 8 values per instruction), in parts of [`PAR_SCAN_VALUES`]
-/// on rayon's threads when there are several (the answer is each value's,
+/// tiers scan 8 values per instruction), in parts of 1 MiB on rayon's
+/// threads when there are several (the answer is each value's,
 /// so any split gives it).
 pub fn pow2_scaling_is_exact(e: i32, values: &[f32]) -> bool {
     let isa = EncodeIsa::best();
@@ -402,7 +402,7 @@ pub fn pow2_scaling_is_exact(e: i32, values: &[f32]) -> bool {
 }
 
 /// Values per part of a parallel [`pow2_scaling_is_exact`] (1 MiB of f32).
-pub const PAR_SCAN_VALUES: usize = 1 << 18;
+pub(crate) const PAR_SCAN_VALUES: usize = 1 << 18;
 
 /// [`pow2_scaling_is_exact`] on `isa`: the same answer on every tier.
 pub(crate) fn pow2_scaling_is_exact_on(isa: EncodeIsa, e: i32, values: &[f32]) -> bool {
