@@ -154,10 +154,12 @@ fn cpu_model() -> ([u8; 12], u32, u32) {
     (vendor, family, model)
 }
 
-/// Where the R8 kernels' software prefetch puts an R8 group's stream (a
-/// hint: the bits never depend on it). Measured per CPU model, because the
-/// two CPU models measured so far want opposite things
-/// (docs/BENCHMARKS.md, sessions 17 and 22):
+/// Where the interleaved layouts' group kernels (R8, and R4 alike: both
+/// address a half as 4 adjacent blocks) put their software prefetch (a
+/// hint: the bits never depend on it). Measured on R8 per CPU model,
+/// because the two CPU models measured so far want opposite things
+/// (docs/BENCHMARKS.md, sessions 17 and 22); the distance is in the
+/// layout's own strides, so R4's is half R8's in bytes:
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum R8Prefetch {
     /// Into L2 (`prefetcht1`) at twice the plain distance, L2 -> L1 left
@@ -232,17 +234,19 @@ impl Rows for Slots {
 
 /// The slots of every group the drivers build except the last of a matrix:
 /// slot `r` at `half[r / 4] + (r % 4) * d`, all with the same stride.
-/// R8: `d` = one block (`PACKED`, a constant), `half[1] = half[0] + 4d`,
-/// stride `8B`; R4: two units, stride `4B`; plain rows: `d` = row bytes,
-/// stride `B`. `B` is the format's block size.
+/// `PACKED` (the 4 slots of each half are adjacent blocks, `d` = one
+/// block, a constant): R8, `half[1] = half[0] + 4d`, stride `8B`, and R4,
+/// two units, stride `4B`. Otherwise plain rows: `d` = row bytes, stride
+/// `B`. `B` is the format's block size.
 pub(crate) struct Uniform<const B: usize, const PACKED: bool> {
     half: [*const u8; 2],
     d: usize,
     stride: usize,
-    /// Prefetch distance: whole strides, at least `PREFETCH_BYTES` (R8:
-    /// two or four times that, see [`R8Prefetch`]).
+    /// Prefetch distance: whole strides, at least `PREFETCH_BYTES`
+    /// (`PACKED`, i.e. R4 and R8: two or four times that, see
+    /// [`R8Prefetch`]).
     ahead: usize,
-    /// R8: prefetch into L1 ([`R8Prefetch::L1Far`]) rather than L2.
+    /// `PACKED`: prefetch into L1 ([`R8Prefetch::L1Far`]) rather than L2.
     l1: bool,
     /// Past a stream's end, the next group.
     look: crate::operands::Lookahead,
@@ -268,7 +272,8 @@ impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
         }
         let base = g.data().as_ptr();
         let stride = st[0];
-        // Plain rows and R4 prefetch into L1 at the plain distance.
+        // Plain rows prefetch into L1 at the plain distance; R4 and R8
+        // (both `PACKED`) as `r8_prefetch` says.
         let r8 = PACKED.then(r8_prefetch);
         Some(Uniform {
             // wrapping_add: no dereference here; the RowGroup invariant
@@ -301,10 +306,10 @@ impl<const B: usize, const PACKED: bool> Rows for Uniform<B, PACKED> {
     fn prefetch(&self) {
         let ahead = self.look.ahead(self.ahead);
         if PACKED {
-            // Each half is 4 adjacent blocks: every line of them. An R8
-            // group is one stream, so the hardware prefetchers follow fewer
-            // streams than for R4 or plain rows, and the software prefetch
-            // runs further ahead: into L2 or L1 by CPU model (`R8Prefetch`).
+            // Each half is 4 adjacent blocks: every line of them, further
+            // ahead than for plain rows and into L2 or L1 by CPU model
+            // (`R8Prefetch`; measured on R8, whose group is one stream, and
+            // applied to R4's two units alike).
             for h in 0..2 {
                 let q = self.half[h].wrapping_add(ahead);
                 if self.l1 {
