@@ -1,7 +1,7 @@
 //! The dtype policy of materialized f32 values ([`TorchDtype`]) and the
 //! overflow statistics [`crate::materialize_rows`] returns.
 
-use crate::float::{round_through_bf16, round_through_f16};
+use crate::float::round_through_f16;
 
 /// The floating dtype a tensor is materialized as (the `torch_dtype` of a
 /// Hugging Face config). Values stay f32 in memory; the dtype decides which
@@ -95,13 +95,35 @@ impl MaterializeStats {
     }
 }
 
+/// The bits of `f32 -> bf16 -> f32` ([`crate::float::round_through_bf16`], round to
+/// nearest even; a NaN keeps its top 16 bits and gets the quiet bit) in
+/// branch-free integer steps, so the loop over a tensor vectorizes (the
+/// `half` call compiled to ~7 instructions per value; this is ~3 at the
+/// x86-64 baseline's 4 lanes). The test `bf16_bits_match_half` holds it
+/// to `half` over every rounding case and every exponent.
+#[inline]
+pub(crate) fn bf16_round_bits(b: u32) -> u32 {
+    // Adding 0x7FFF plus the kept part's lowest bit carries into bit 16
+    // exactly when the dropped half is above the tie, or at it with an odd
+    // kept part; overflow runs into the infinity pattern, as in `half`.
+    let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) & 0xFFFF_0000;
+    let quiet_nan = (b | 0x0040_0000) & 0xFFFF_0000;
+    if b & 0x7FFF_FFFF > 0x7F80_0000 {
+        quiet_nan
+    } else {
+        rounded
+    }
+}
+
 /// Passes every value through `dtype` in place (see [`TorchDtype`]) and
 /// reports fp16 overflows. Indices in the result are relative to `values`.
 pub fn apply_dtype(dtype: TorchDtype, values: &mut [f32]) -> MaterializeStats {
     let mut stats = MaterializeStats::default();
     match dtype {
         TorchDtype::Float32 => {}
-        TorchDtype::BFloat16 => values.iter_mut().for_each(|v| *v = round_through_bf16(*v)),
+        TorchDtype::BFloat16 => values
+            .iter_mut()
+            .for_each(|v| *v = f32::from_bits(bf16_round_bits(v.to_bits()))),
         TorchDtype::Float16 => {
             for (i, v) in values.iter_mut().enumerate() {
                 let r = round_through_f16(*v);
@@ -120,4 +142,30 @@ pub fn apply_dtype(dtype: TorchDtype, values: &mut [f32]) -> MaterializeStats {
         }
     }
     stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `bf16_round_bits` is `half`'s round trip, bit for bit: every
+    /// pattern of the low 17 bits (the dropped half, the kept lowest bit)
+    /// under every sign and exponent with three mantissa tops, NaNs and
+    /// infinities included, and a stride over all 2^32 patterns.
+    #[test]
+    fn bf16_bits_match_half() {
+        use crate::float::round_through_bf16;
+        let check = |b: u32| {
+            let want = round_through_bf16(f32::from_bits(b)).to_bits();
+            assert_eq!(bf16_round_bits(b), want, "{b:#010x}");
+        };
+        for high in 0..=0x1FFu32 {
+            for top in [0u32, 0x2A, 0x3F] {
+                for low in 0..=0x1_FFFFu32 {
+                    check((high << 23) | (top << 17) | low);
+                }
+            }
+        }
+        (0..=u32::MAX).step_by(65_521).for_each(check);
+    }
 }

@@ -365,6 +365,15 @@ pub fn materialize_rows(
     dtype: TorchDtype,
     out: &mut [f32],
 ) -> Result<MaterializeStats, QuantError> {
+    if (ty, dtype) == (GgmlType::F32, TorchDtype::BFloat16) {
+        // One pass instead of a copy and then a rounding pass over `out`:
+        // the same values, as `bf16_round_bits` is `apply_dtype`'s step.
+        check_geometry(ty, ncols, out.len(), src.len())?;
+        for (o, b) in out.iter_mut().zip(src.as_chunks::<4>().0) {
+            *o = f32::from_bits(crate::dtype::bf16_round_bits(u32::from_le_bytes(*b)));
+        }
+        return Ok(MaterializeStats::default());
+    }
     dequantize_rows(ty, src, ncols, out)?;
     match (ty, dtype) {
         // Every decoded value is already one of the dtype's (finite values
@@ -394,6 +403,52 @@ mod tests {
     /// values are those of decoding then [`apply_dtype`], bit for bit, for
     /// every one of the 65536 encodings (NaNs with and without the quiet
     /// bit, infinities, subnormals, both zeros, the largest values).
+    /// An F32 source under `bfloat16` (one fused pass) gives decoding then
+    /// [`apply_dtype`], bit for bit: every pattern of the low 17 bits under
+    /// 16 sign / exponent / mantissa tops (zeros, subnormals, the largest
+    /// finite values, infinities, NaNs), and a stride over all 2^32; and
+    /// the same geometry error for a source of the wrong length.
+    #[test]
+    fn f32_source_under_bf16_is_decode_then_round() {
+        let mut bits: Vec<u32> = Vec::new();
+        for high in [0u32, 0x0040, 0x0080, 0x3F80, 0x7F00, 0x7F7F, 0x7F80, 0x7FC0] {
+            for sign in [0u32, 0x8000] {
+                bits.extend((0..=0x1_FFFFu32).map(|low| ((sign | high) << 16) | low));
+            }
+        }
+        bits.extend((0..=u32::MAX).step_by(65_521));
+        let src: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+        let mut want = vec![0f32; bits.len()];
+        dequantize_rows(GgmlType::F32, &src, bits.len(), &mut want).unwrap();
+        apply_dtype(TorchDtype::BFloat16, &mut want);
+        let mut got = vec![0f32; bits.len()];
+        let stats = materialize_rows(
+            GgmlType::F32,
+            &src,
+            bits.len(),
+            TorchDtype::BFloat16,
+            &mut got,
+        )
+        .unwrap();
+        assert!(stats.is_clean());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "{:#010x}", bits[i]);
+        }
+        let short = materialize_rows(
+            GgmlType::F32,
+            &src[..src.len() - 4],
+            bits.len(),
+            TorchDtype::BFloat16,
+            &mut got,
+        );
+        let want_err = dequantize_rows(GgmlType::F32, &src[..src.len() - 4], bits.len(), &mut want);
+        assert_eq!(
+            format!("{short:?}"),
+            format!("{:?}", want_err.map(|_| MaterializeStats::default()))
+        );
+        assert!(short.is_err());
+    }
+
     #[test]
     fn materializing_a_source_in_its_own_dtype_is_the_round_trip() {
         let src: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
