@@ -607,6 +607,21 @@ fn write_portion(
         );
         (hashed, sources, entries?)
     };
+    // Files written without their hash (`OutputDir::create_unhashed`),
+    // hashed now from the staging folder, many at once on every thread.
+    let unhashed: Vec<usize> = (0..entries.len())
+        .filter(|&k| entries[k].1.file.is_some() && entries[k].1.sha256.is_empty())
+        .collect();
+    if !unhashed.is_empty() {
+        let names: Vec<&str> = unhashed
+            .iter()
+            .filter_map(|&k| entries[k].1.file.as_deref())
+            .collect();
+        let hashes = digest::files_sha256(dir.staging(), &names, threads)?;
+        for (k, h) in unhashed.into_iter().zip(hashes) {
+            entries[k].1.sha256 = h;
+        }
+    }
     for (i, e, _, _) in entries.iter_mut() {
         if e.source_sha256.is_none() {
             e.source_sha256 = hashed.get(i).cloned();

@@ -9,9 +9,13 @@
 //! handed back to the system once hashed ([`Catalogue::release`]), so
 //! hashing adds at most a window per thread to the resident set.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use anyhow::{Context, Result};
+use model_sources::mmap::MappedFile;
 use model_sources::{Catalogue, Tensor};
+use rayon::prelude::*;
 use sha256x2::Sha256;
 
 use crate::outdir::hex;
@@ -35,64 +39,125 @@ pub fn tensor_sha256(cat: &Catalogue, t: &Tensor) -> String {
 }
 
 /// sha256 (hex) of the data ranges of `tensors`, in their order: what
-/// [`tensor_sha256`] gives each, computed two tensors at a time on one
-/// thread (`sha256x2::update_pair`: two messages cost about 1.4 of one
-/// where the CPU has SHA-NI). Each of two lanes hashes a tensor window by
-/// window, releasing each window once hashed, and takes the next tensor
-/// when its own ends; give the longest first, so that the short ones keep
-/// the other lane busy beside it. Once `stop` is set it returns at the
-/// next window, the hashes not made empty.
+/// [`tensor_sha256`] gives each, several at a time on one thread
+/// ([`hash_lanes`]), each range's pages released once hashed. Give the
+/// longest first, so that the short ones keep the other lanes busy beside
+/// it. Once `stop` is set it returns at the next step, the hashes not made
+/// empty.
 pub fn tensors_sha256(cat: &Catalogue, tensors: &[&Tensor], stop: &AtomicBool) -> Vec<String> {
+    let data: Vec<&[u8]> = tensors.iter().map(|t| cat.data(t)).collect();
+    hash_lanes(&data, |i, s, e| cat.release(tensors[i], s, e), stop)
+}
+
+/// sha256 (hex) of the files `names` of folder `dir` (in that order),
+/// read through their maps in `groups` groups of about equal bytes on the
+/// current rayon pool, each group [`hash_lanes`] on one thread. For files
+/// written without their hash (`OutputDir::create_unhashed`).
+pub fn files_sha256(dir: &Path, names: &[&str], groups: usize) -> Result<Vec<String>> {
+    let maps = names
+        .iter()
+        .map(|n| {
+            MappedFile::open(&dir.join(n))
+                .with_context(|| format!("cannot read {n} back to hash it"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut by_size: Vec<usize> = (0..maps.len()).collect();
+    by_size.sort_by_key(|&i| std::cmp::Reverse(maps[i].len()));
+    let mut parts: Vec<(u64, Vec<usize>)> = vec![(0, Vec::new()); groups.max(1)];
+    for i in by_size {
+        let lightest = parts
+            .iter_mut()
+            .min_by_key(|p| p.0)
+            .expect("at least one group");
+        lightest.0 += maps[i].len();
+        lightest.1.push(i);
+    }
+    let stop = AtomicBool::new(false);
+    let mut out = vec![String::new(); maps.len()];
+    let hashed: Vec<(usize, String)> = parts
+        .par_iter()
+        .with_max_len(1)
+        .flat_map_iter(|(_, items)| {
+            let data: Vec<&[u8]> = items.iter().map(|&i| maps[i].bytes()).collect();
+            let h = hash_lanes(&data, |k, s, e| maps[items[k]].release(s, e - s), &stop);
+            items.iter().copied().zip(h)
+        })
+        .collect();
+    for (i, h) in hashed {
+        out[i] = h;
+    }
+    Ok(out)
+}
+
+/// Bytes of each lane's message hashed per step when sixteen lanes run
+/// ([`sha256x2::update_many`]): sixteen steps in flight are 16 MiB.
+const MANY_STEP: usize = 1 << 20;
+
+/// sha256 (hex) of each of `items`, several at a time on this thread:
+/// sixteen where the CPU hashes sixteen messages at once
+/// ([`sha256x2::many_supported`]: AVX-512, ~2.2x one message's rate on the
+/// core measured), else two (`sha256x2::update_pair`: two messages cost
+/// about 1.4 of one where the CPU has SHA-NI). Each lane hashes its item
+/// step by step, all lanes the same whole blocks per step, calls
+/// `release(item, start, end)` for what it hashed, and takes the next item
+/// when its own ends. Once `stop` is set it returns at the next step, the
+/// hashes not made empty.
+fn hash_lanes(
+    items: &[&[u8]],
+    release: impl Fn(usize, u64, u64),
+    stop: &AtomicBool,
+) -> Vec<String> {
     struct Lane {
         item: usize,
         hasher: Sha256,
-        at: u64,
+        at: usize,
     }
-    let mut out = vec![String::new(); tensors.len()];
+    let mut out = vec![String::new(); items.len()];
     let mut next = 0usize;
     let mut take = || -> Option<Lane> {
         let item = next;
         next += 1;
-        (item < tensors.len()).then(|| Lane {
+        (item < items.len()).then(|| Lane {
             item,
             hasher: Sha256::new(),
             at: 0,
         })
     };
-    let mut lanes = [take(), take()];
-    // The window of a lane's tensor from `at` (empty at its end).
-    let window = |l: &Lane| -> &[u8] {
-        let data = cat.data(tensors[l.item]);
-        let at = l.at as usize;
-        &data[at..(at + WINDOW).min(data.len())]
+    let (lanes_n, step) = if sha256x2::many_supported() {
+        (sha256x2::MANY, MANY_STEP)
+    } else {
+        (2, WINDOW)
     };
+    let mut lanes: Vec<Option<Lane>> = (0..lanes_n).map(|_| take()).collect();
+    let left = |l: &Lane| items[l.item].len() - l.at;
     while !stop.load(Ordering::Relaxed) {
-        match &mut lanes {
-            [Some(a), Some(b)] => {
-                let (wa, wb) = (window(a), window(b));
-                sha256x2::update_pair(&mut a.hasher, wa, &mut b.hasher, wb);
-                for (l, w) in [(&mut *a, wa), (&mut *b, wb)] {
-                    cat.release(tensors[l.item], l.at, l.at + w.len() as u64);
-                    l.at += w.len() as u64;
-                }
-            }
-            [Some(a), None] | [None, Some(a)] => {
-                let w = window(a);
-                a.hasher.update(w);
-                cat.release(tensors[a.item], a.at, a.at + w.len() as u64);
-                a.at += w.len() as u64;
-            }
-            [None, None] => break,
-        }
-        for lane in lanes.iter_mut() {
-            if lane
-                .as_ref()
-                .is_some_and(|l| l.at >= cat.data(tensors[l.item]).len() as u64)
-            {
-                let done = lane.take().expect("checked just above");
+        // A lane whose item has less than a block left hashes it, ends it
+        // and takes the next item (every step is whole blocks).
+        for slot in lanes.iter_mut() {
+            while let Some(l) = slot.as_mut().filter(|l| left(l) < 64) {
+                let data = items[l.item];
+                l.hasher.update(&data[l.at..]);
+                release(l.item, l.at as u64, data.len() as u64);
+                let done = slot.take().expect("matched just above");
                 out[done.item] = hex(&done.hasher.finalize());
-                *lane = take();
+                *slot = take();
             }
+        }
+        let mut live: Vec<&mut Lane> = lanes.iter_mut().flatten().collect();
+        // The same whole blocks for every lane (at least one each).
+        let Some(len) = live.iter().map(|l| left(l) / 64 * 64).min() else {
+            break;
+        };
+        let len = len.min(step);
+        let pieces: Vec<&[u8]> = live
+            .iter()
+            .map(|l| &items[l.item][l.at..l.at + len])
+            .collect();
+        let mut hashers: Vec<&mut Sha256> = live.iter_mut().map(|l| &mut l.hasher).collect();
+        sha256x2::update_many(&mut hashers, &pieces);
+        for l in live.iter_mut() {
+            release(l.item, l.at as u64, (l.at + len) as u64);
+            l.at += len;
         }
     }
     out

@@ -603,6 +603,16 @@ impl OutputDir {
         )
     }
 
+    /// [`OutputDir::create`] for a file whose hash the caller makes from
+    /// the staged file once written (`digest::files_sha256`, many files at
+    /// once): nothing is hashed while writing and
+    /// [`HashedFile::commit`] gives an empty `sha256`.
+    pub fn create_unhashed(&self, name: &str) -> Result<HashedFile> {
+        let mut f = self.create(name)?;
+        f.hashed = false;
+        Ok(f)
+    }
+
     /// Write a whole small bundle file and hash it.
     pub fn write_small(&self, name: &str, bytes: &[u8]) -> Result<Written> {
         let mut f = self.create(name)?;
@@ -802,6 +812,9 @@ pub struct HashedFile {
     sync: Option<mpsc::Sender<(File, PathBuf)>>,
     /// Bytes left at the start by [`HashedFile::reserve_prefix`].
     reserved: Option<u64>,
+    /// Whether what is written is hashed ([`OutputDir::create_unhashed`]:
+    /// not; [`HashedFile::commit`] then gives an empty `sha256`).
+    hashed: bool,
 }
 
 impl HashedFile {
@@ -818,6 +831,7 @@ impl HashedFile {
             bytes: 0,
             sync,
             reserved: None,
+            hashed: true,
         })
     }
 
@@ -830,7 +844,11 @@ impl HashedFile {
                 self.shown.display()
             ));
         }
-        let sha256 = hex(&self.hasher.finalize());
+        let sha256 = if self.hashed {
+            hex(&self.hasher.finalize())
+        } else {
+            String::new()
+        };
         Self::finish(self.inner, &self.shown, self.sync.as_ref())?;
         Ok(Written {
             bytes: self.bytes,
@@ -924,7 +942,7 @@ impl HashedFile {
         other: &mut Sha256,
         other_data: &[u8],
     ) -> io::Result<()> {
-        if self.reserved.is_none() {
+        if self.reserved.is_none() && self.hashed {
             sha256x2::update_pair(&mut self.hasher, data, other, other_data);
         } else {
             // (With a reserved prefix the hash is made on commit.)
@@ -952,7 +970,7 @@ impl Write for HashedFile {
                 format!("cannot write {}: {e}", self.shown.display()),
             )
         })?;
-        if self.reserved.is_none() {
+        if self.reserved.is_none() && self.hashed {
             // (With a reserved prefix the hash is made on commit.)
             self.hasher.update(&buf[..n]);
         }

@@ -42,15 +42,19 @@ pub struct Ctx<'a> {
 }
 
 /// Jobs that, with [`Ctx::hash_source`], hash their source tensor as they
-/// read it: the sidecars of moved blocks, whose output is as long as the
-/// tensor and written in step with reading it; and CQ4 matrices whose rows
-/// are encoded in file order (each chunk hashed while its pages are
-/// mapped for the encoder, instead of one more pass over the source).
+/// read it: CQ4 matrices whose rows are encoded in file order (each chunk
+/// hashed while its pages are mapped for the encoder, instead of one more
+/// pass over the source); and the sidecars of moved blocks, whose output
+/// is as long as the tensor and written in step with reading it, unless
+/// the CPU hashes sixteen messages at once ([`sha256x2::many_supported`]):
+/// then their tensors are hashed sixteen at a time beside the jobs
+/// (`digest::tensors_sha256`, ~2.2x the rate of hashing each beside its
+/// file; docs/BENCHMARKS.md, session 25).
 pub fn hashes_own_source(job: &Job) -> bool {
     match job.action {
         Action::Sidecar {
             requantize: false, ..
-        } => true,
+        } => !sha256x2::many_supported(),
         Action::Panels { .. } => job.transform.unpermute_heads.is_none(),
         _ => false,
     }

@@ -123,11 +123,17 @@ pub fn write(
         ));
     }
     let row_bytes = (header.data_bytes / shape.rows().unwrap_or(1).max(1)) as usize;
-    let mut w = ctx.out.create(&job.file)?;
+    // Where the CPU hashes sixteen messages at once, a sidecar of moved
+    // blocks is hashed with the others after the jobs (`convert.rs`).
+    let mut w = if !requantize && sha256x2::many_supported() {
+        ctx.out.create_unhashed(&job.file)?
+    } else {
+        ctx.out.create(&job.file)?
+    };
     w.write_all(&weights_file::write::prefix(&header, &[])?)?;
     let mut buf = REPACK.with(|b| b.take());
     // The tensor's hash, beside the file's (see `writers::hashes_own_source`).
-    let mut src_hash = (ctx.hash_source && !requantize).then(Sha256::new);
+    let mut src_hash = (ctx.hash_source && super::hashes_own_source(job)).then(Sha256::new);
     if requantize {
         let mut q = Vec::new();
         materialize::rows(

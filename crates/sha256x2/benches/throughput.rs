@@ -1,6 +1,7 @@
 //! One message vs two at once, side by side in one run: GB/s of message
 //! bytes per thread for the `sha2` crate's `Sha256`, this crate's
-//! `Sha256::update` and `update_pair` (best of 5 passes over 256 MiB each).
+//! `Sha256::update`, `update_pair` and `update_many` (best of 5 passes over
+//! 256 MiB each).
 //! `cargo bench -p sha256x2`.
 
 use std::time::Instant;
@@ -62,11 +63,34 @@ fn main() {
         "two messages at once on this CPU: {}",
         sha256x2::pair_supported()
     );
+    // Sixteen messages of 16 MiB (the 256 MiB of `a`), 1 MiB per lane
+    // and call: what the converter's source hashing feeds `update_many`.
+    let lane = n / sha256x2::MANY;
+    let t_many = best(|| {
+        let mut hs: Vec<sha256x2::Sha256> = vec![sha256x2::Sha256::new(); sha256x2::MANY];
+        for at in (0..lane).step_by(1 << 20) {
+            let pieces: Vec<&[u8]> = (0..sha256x2::MANY)
+                .map(|l| &a[l * lane + at..l * lane + (at + (1 << 20)).min(lane)])
+                .collect();
+            let mut refs: Vec<&mut sha256x2::Sha256> = hs.iter_mut().collect();
+            sha256x2::update_many(&mut refs, &pieces);
+        }
+        std::hint::black_box(hs.into_iter().map(|h| h.finalize()).collect::<Vec<_>>());
+    });
+    println!(
+        "sixteen messages at once on this CPU: {}",
+        sha256x2::many_supported()
+    );
     println!("sha2::Sha256          {:.2} GB/s", gb(n, t_sha2));
     println!("sha256x2 one message  {:.2} GB/s", gb(n, t_one));
     println!(
         "sha256x2 two at once  {:.2} GB/s ({:.2}x sha2)",
         gb(2 * n, t_pair),
         t_sha2 * 2.0 / t_pair
+    );
+    println!(
+        "sha256x2 16 at once   {:.2} GB/s ({:.2}x sha2)",
+        gb(n, t_many),
+        t_sha2 / t_many
     );
 }
