@@ -665,3 +665,58 @@ fn sidecar_source_hashes_cover_the_tail_rows() {
         assert_source_identity(&path, &out);
     }
 }
+
+/// Keep mode hashes its sidecars and their source tensors sixteen at a
+/// time where the CPU has AVX-512 (`sha256x2::update_many`), else two at a
+/// time, as under `CONVERT_FORCE_ISA=avx2` here: the bundle is the same
+/// either way, every file's manifest `sha256` is the sha256 of its bytes
+/// and every tensor's `source_sha256` that of its source bytes (both
+/// computed here with the `sha2` crate).
+#[test]
+fn sidecar_hashes_are_sha256_with_and_without_sixteen_lanes() {
+    use sha2::{Digest, Sha256};
+    let tmp = tempfile::tempdir().unwrap();
+    for model in [
+        "models/tiny-llama-Q4_K_M.gguf",
+        "models/tiny-llama-Q8_0.gguf",
+    ] {
+        let mut folders = Vec::new();
+        for cap in [None, Some("avx2")] {
+            let out = tmp.path().join(format!(
+                "{}-{}",
+                model.replace('/', "_"),
+                cap.unwrap_or("native")
+            ));
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_convert"));
+            cmd.arg(fixture(model))
+                .arg(&out)
+                .args(["-q", "--threads", "2"]);
+            if let Some(c) = cap {
+                cmd.env("CONVERT_FORCE_ISA", c);
+            }
+            let o = cmd.output().unwrap();
+            assert!(o.status.success(), "{model} {cap:?}: {}", stderr(&o));
+            assert_source_identity(&fixture(model), &out);
+            let m = manifest(&out);
+            let mut files = 0;
+            for e in m["tensors"].as_array().unwrap() {
+                let Some(f) = e["file"].as_str() else {
+                    continue;
+                };
+                let sha: String = Sha256::digest(std::fs::read(out.join(f)).unwrap())
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                assert_eq!(e["sha256"].as_str().unwrap(), sha, "{model} {cap:?}: {f}");
+                files += 1;
+            }
+            assert!(files >= 16, "{model}: {files} files");
+            folders.push(common::folder_contents(&out));
+        }
+        assert_eq!(folders[0], folders[1], "{model}: sixteen lanes vs two");
+    }
+    eprintln!(
+        "sixteen messages at once on this CPU: {}",
+        sha256x2::many_supported()
+    );
+}
