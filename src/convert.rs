@@ -406,26 +406,17 @@ fn write_portion(
         // Groups of about equal bytes (longest first, each to the lightest
         // group), each hashed on one thread two tensors at a time.
         // (Without --resume the jobs of `hashes_own_source` hash their own.)
-        let mut by_size: Vec<usize> = portion
+        let jobs: Vec<usize> = portion
             .jobs
             .iter()
             .copied()
             .filter(|&i| resume.is_some() || !writers::hashes_own_source(&plan.jobs[i]))
             .collect();
-        by_size.sort_by_key(|&i| std::cmp::Reverse(plan.jobs[i].tensor.n_bytes));
-        let mut parts: Vec<(u64, Vec<usize>)> = vec![(0, Vec::new()); groups.max(1)];
-        for i in by_size {
-            let lightest = parts
-                .iter_mut()
-                .min_by_key(|p| p.0)
-                .expect("at least one group");
-            lightest.0 += plan.jobs[i].tensor.n_bytes;
-            lightest.1.push(i);
-        }
+        let parts = digest::balanced_groups(jobs, |i| plan.jobs[i].tensor.n_bytes, groups);
         parts
             .par_iter()
             .with_max_len(1)
-            .flat_map_iter(|(_, jobs)| {
+            .flat_map_iter(|jobs| {
                 let tensors: Vec<_> = jobs.iter().map(|&i| plan.jobs[i].tensor).collect();
                 jobs.iter()
                     .copied()

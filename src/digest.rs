@@ -61,23 +61,13 @@ pub fn files_sha256(dir: &Path, names: &[&str], groups: usize) -> Result<Vec<Str
                 .with_context(|| format!("cannot read {n} back to hash it"))
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut by_size: Vec<usize> = (0..maps.len()).collect();
-    by_size.sort_by_key(|&i| std::cmp::Reverse(maps[i].len()));
-    let mut parts: Vec<(u64, Vec<usize>)> = vec![(0, Vec::new()); groups.max(1)];
-    for i in by_size {
-        let lightest = parts
-            .iter_mut()
-            .min_by_key(|p| p.0)
-            .expect("at least one group");
-        lightest.0 += maps[i].len();
-        lightest.1.push(i);
-    }
+    let parts = balanced_groups((0..maps.len()).collect(), |i| maps[i].len(), groups);
     let stop = AtomicBool::new(false);
     let mut out = vec![String::new(); maps.len()];
     let hashed: Vec<(usize, String)> = parts
         .par_iter()
         .with_max_len(1)
-        .flat_map_iter(|(_, items)| {
+        .flat_map_iter(|items| {
             let data: Vec<&[u8]> = items.iter().map(|&i| maps[i].bytes()).collect();
             let h = hash_lanes(&data, |k, s, e| maps[items[k]].release(s, e - s), &stop);
             items.iter().copied().zip(h)
@@ -87,6 +77,28 @@ pub fn files_sha256(dir: &Path, names: &[&str], groups: usize) -> Result<Vec<Str
         out[i] = h;
     }
     Ok(out)
+}
+
+/// `items` in `groups` groups of about equal total `size` (at least one
+/// group): the largest first, each to the group with the least so far;
+/// within a group the items stay largest first, as [`hash_lanes`] wants
+/// them.
+pub fn balanced_groups(
+    mut items: Vec<usize>,
+    size: impl Fn(usize) -> u64,
+    groups: usize,
+) -> Vec<Vec<usize>> {
+    items.sort_by_key(|&i| std::cmp::Reverse(size(i)));
+    let mut parts: Vec<(u64, Vec<usize>)> = vec![(0, Vec::new()); groups.max(1)];
+    for i in items {
+        let lightest = parts
+            .iter_mut()
+            .min_by_key(|p| p.0)
+            .expect("at least one group");
+        lightest.0 += size(i);
+        lightest.1.push(i);
+    }
+    parts.into_iter().map(|p| p.1).collect()
 }
 
 /// Bytes of each lane's message hashed per step when sixteen lanes run
