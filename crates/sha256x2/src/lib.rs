@@ -172,6 +172,7 @@ pub const MANY: usize = 16;
 /// of the pass's rate (~0.2 GB/s on the core measured), one message alone
 /// at 1.3 GB/s with SHA-NI, so below this the lanes would be mostly idle
 /// and the messages go through [`update_pair`] instead.
+#[cfg(target_arch = "x86_64")]
 const MANY_MIN: usize = 8;
 
 /// Append `data[i]` to `hs[i]`'s message for every `i` (at most [`MANY`];
@@ -182,6 +183,7 @@ const MANY_MIN: usize = 8;
 /// message gets whole blocks and the same number of them.
 pub fn update_many(hs: &mut [&mut Sha256], data: &[&[u8]]) {
     assert!(hs.len() == data.len() && hs.len() <= MANY);
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut rest: Vec<&[u8]> = hs.iter_mut().zip(data).map(|(h, d)| h.fill(d)).collect();
     #[cfg(target_arch = "x86_64")]
     if hs.len() >= MANY_MIN && hs.iter().all(|h| h.len == 0) && many_supported() {
