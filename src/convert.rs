@@ -600,14 +600,13 @@ fn write_portion(
     };
     // Files written without their hash (`OutputDir::create_unhashed`),
     // hashed now from the staging folder, many at once on every thread.
-    let unhashed: Vec<usize> = (0..entries.len())
-        .filter(|&k| entries[k].1.file.is_some() && entries[k].1.sha256.is_empty())
-        .collect();
+    let (unhashed, names): (Vec<usize>, Vec<&str>) = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.1.sha256.is_empty())
+        .filter_map(|(k, e)| Some((k, e.1.file.as_deref()?)))
+        .unzip();
     if !unhashed.is_empty() {
-        let names: Vec<&str> = unhashed
-            .iter()
-            .filter_map(|&k| entries[k].1.file.as_deref())
-            .collect();
         let hashes = digest::files_sha256(dir.staging(), &names, threads)?;
         for (k, h) in unhashed.into_iter().zip(hashes) {
             entries[k].1.sha256 = h;

@@ -5,9 +5,10 @@
 //! byte no tensor covers) one sha256, and the file's `digest` is the sha256
 //! of [`TAG`], that hash and the tensors' hashes in manifest order.
 //!
-//! Reads go through the source map in windows of [`WINDOW`] bytes, each
-//! handed back to the system once hashed ([`Catalogue::release`]), so
-//! hashing adds at most a window per thread to the resident set.
+//! Reads go through the source map in steps (of [`WINDOW`] bytes with two
+//! lanes, 1 MiB per lane with sixteen: [`hash_lanes`]), each handed back
+//! to the system once hashed ([`Catalogue::release`]), so hashing adds at
+//! most 16 MiB per thread to the resident set.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

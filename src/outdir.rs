@@ -609,7 +609,7 @@ impl OutputDir {
     /// [`HashedFile::commit`] gives an empty `sha256`.
     pub fn create_unhashed(&self, name: &str) -> Result<HashedFile> {
         let mut f = self.create(name)?;
-        f.hashed = false;
+        f.hasher = None;
         Ok(f)
     }
 
@@ -807,14 +807,13 @@ const WRITE_CHUNK: usize = 1 << 20;
 pub struct HashedFile {
     inner: AtomicFile,
     shown: PathBuf,
-    hasher: Sha256,
+    /// `None` for a file of [`OutputDir::create_unhashed`]
+    /// ([`HashedFile::commit`] then gives an empty `sha256`).
+    hasher: Option<Sha256>,
     bytes: u64,
     sync: Option<mpsc::Sender<(File, PathBuf)>>,
     /// Bytes left at the start by [`HashedFile::reserve_prefix`].
     reserved: Option<u64>,
-    /// Whether what is written is hashed ([`OutputDir::create_unhashed`]:
-    /// not; [`HashedFile::commit`] then gives an empty `sha256`).
-    hashed: bool,
 }
 
 impl HashedFile {
@@ -827,11 +826,10 @@ impl HashedFile {
             inner: AtomicFile::create(path)
                 .with_context(|| format!("cannot create {}", shown.display()))?,
             shown,
-            hasher: Sha256::new(),
+            hasher: Some(Sha256::new()),
             bytes: 0,
             sync,
             reserved: None,
-            hashed: true,
         })
     }
 
@@ -844,11 +842,7 @@ impl HashedFile {
                 self.shown.display()
             ));
         }
-        let sha256 = if self.hashed {
-            hex(&self.hasher.finalize())
-        } else {
-            String::new()
-        };
+        let sha256 = self.hasher.map_or_else(String::new, |h| hex(&h.finalize()));
         Self::finish(self.inner, &self.shown, self.sync.as_ref())?;
         Ok(Written {
             bytes: self.bytes,
@@ -942,8 +936,8 @@ impl HashedFile {
         other: &mut Sha256,
         other_data: &[u8],
     ) -> io::Result<()> {
-        if self.reserved.is_none() && self.hashed {
-            sha256x2::update_pair(&mut self.hasher, data, other, other_data);
+        if let Some(h) = self.hasher.as_mut().filter(|_| self.reserved.is_none()) {
+            sha256x2::update_pair(h, data, other, other_data);
         } else {
             // (With a reserved prefix the hash is made on commit.)
             other.update(other_data);
@@ -970,9 +964,9 @@ impl Write for HashedFile {
                 format!("cannot write {}: {e}", self.shown.display()),
             )
         })?;
-        if self.reserved.is_none() && self.hashed {
+        if let Some(h) = self.hasher.as_mut().filter(|_| self.reserved.is_none()) {
             // (With a reserved prefix the hash is made on commit.)
-            self.hasher.update(&buf[..n]);
+            h.update(&buf[..n]);
         }
         self.bytes += n as u64;
         Ok(n)

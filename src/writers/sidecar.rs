@@ -123,9 +123,9 @@ pub fn write(
         ));
     }
     let row_bytes = (header.data_bytes / shape.rows().unwrap_or(1).max(1)) as usize;
-    // Where the CPU hashes sixteen messages at once, a sidecar of moved
-    // blocks is hashed with the others after the jobs (`convert.rs`).
-    let mut w = if !requantize && sha256x2::many_supported() {
+    // Where the CPU hashes sixteen messages at once, the sidecars are
+    // hashed together after the jobs (`convert.rs`).
+    let mut w = if sha256x2::many_supported() {
         ctx.out.create_unhashed(&job.file)?
     } else {
         ctx.out.create(&job.file)?

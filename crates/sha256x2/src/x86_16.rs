@@ -20,15 +20,15 @@ pub(super) const LANES: usize = 16;
 
 /// Whether the CPU has what [`compress16`] runs on (AVX-512 F and BW) and
 /// the `CONVERT_FORCE_ISA` cap (shared with the `kernels` and `cq4`
-/// crates) allows the `avx512` tier: with `CONVERT_FORCE_ISA=avx2` (an
-/// AVX2 machine stood in for) or lower, messages are hashed as without
-/// AVX-512. Probed once.
+/// crates, read as they read it) allows the `avx512` tier: unset, empty or
+/// `avx512`. Any other value (`avx2`, an AVX2 machine stood in for; lower
+/// tiers; values they do not know) hashes as without AVX-512. Probed once.
 pub(super) fn supported() -> bool {
     static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OK.get_or_init(|| {
-        let capped = std::env::var("CONVERT_FORCE_ISA")
-            .is_ok_and(|v| matches!(v.as_str(), "scalar" | "avx2" | "neon"));
-        !capped
+        let allowed = std::env::var("CONVERT_FORCE_ISA")
+            .map_or(true, |v| matches!(v.as_str(), "" | "avx512"));
+        allowed
             && std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bw")
     })
