@@ -171,7 +171,11 @@ pub enum R8Prefetch {
     /// server (family 6 models 106 and 108, 1.25 MB L2): against
     /// [`L2`](Self::L2), +10 % from L3 and +8 % from DRAM (geometric means over
     /// R8 Q4_K / Q6_K / Q8_0, three shapes, 1 and 2 threads); 3x, 6x and 8x
-    /// gave the same.
+    /// gave the same. AMD Zen 5 (EPYC, family 0x1A model 2, 1 MB L2):
+    /// from DRAM at one thread, R8 +21 - 38 % (Q4_K 24.3 -> 33.5 GB/s,
+    /// Q6_K 24.6 -> 30.7, Q8_0 33.5 -> 37.6) and R4 +4 - 34 % against
+    /// [`L2`](Self::L2), 2048 x 8192, in turn; 2x and 3x lost, 6x and 8x
+    /// were no better (docs/BENCHMARKS.md, session 26).
     L1Far,
 }
 
@@ -197,6 +201,7 @@ pub fn r8_prefetch() -> R8Prefetch {
         Ok("l2") => R8Prefetch::L2,
         _ => match cpu_model() {
             (v, 6, 106 | 108) if &v == b"GenuineIntel" => R8Prefetch::L1Far,
+            (v, 0x1A, 2) if &v == b"AuthenticAMD" => R8Prefetch::L1Far,
             _ => R8Prefetch::L2,
         },
     })
