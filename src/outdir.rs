@@ -850,6 +850,12 @@ impl HashedFile {
         })
     }
 
+    /// [`AtomicFile::allocate`]: the file system reserves the file's
+    /// final length `len` up front (a hint for writers that know it).
+    pub fn allocate(&self, len: u64) {
+        self.inner.allocate(len);
+    }
+
     /// Leave the first `len` bytes of the file for
     /// [`HashedFile::commit_with_prefix`]: what is written next goes after
     /// them. Only before anything is written. For files whose first bytes

@@ -94,6 +94,7 @@ pub fn write(ctx: &Ctx, job: &Job, family: cq4::Family, bundle: &cq4::Bundle) ->
     let layout = weights_file::Layout::of(&header)
         .with_context(|| format!("{}: header regions overflow", ctx.at(job)))?;
     let mut w = ctx.out.create(&job.file)?;
+    w.allocate(layout.file_len);
     w.reserve_prefix(layout.data_offset)?;
     // A chunk's panels are written while the next chunk is encoded (the
     // write, a copy into the page cache, would otherwise leave the other

@@ -130,7 +130,9 @@ pub fn write(
     } else {
         ctx.out.create(&job.file)?
     };
-    w.write_all(&weights_file::write::prefix(&header, &[])?)?;
+    let prefix = weights_file::write::prefix(&header, &[])?;
+    w.allocate((prefix.len() as u64).saturating_add(header.data_bytes));
+    w.write_all(&prefix)?;
     let mut buf = REPACK.with(|b| b.take());
     // The tensor's hash, beside the file's (see `writers::hashes_own_source`).
     let mut src_hash = (ctx.hash_source && super::hashes_own_source(job)).then(Sha256::new);
