@@ -96,7 +96,9 @@ fn hf_and_gguf_sources_give_byte_identical_engine_weights() {
             .collect();
         // Every entry's source hash is its tensor's bytes' sha256, for the
         // CQ4 matrices hashed by their own encode pass (rows in file order)
-        // and the q / k matrices read in another row order alike.
+        // or sixteen at a time beside the jobs (AVX-512, under
+        // `SELF_HASHED_PANELS`) and the q / k matrices read in another row
+        // order alike.
         for dir in [format!("{m}-gguf"), format!("{m}-hf")] {
             let man = manifest(&tmp.path().join(&dir));
             let src = if dir.ends_with("gguf") {

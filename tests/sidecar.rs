@@ -668,17 +668,19 @@ fn sidecar_source_hashes_cover_the_tail_rows() {
 
 /// Keep mode hashes its sidecars and their source tensors sixteen at a
 /// time where the CPU has AVX-512 (`sha256x2::update_many`), else two at a
-/// time, as under `CONVERT_FORCE_ISA=avx2` here: the bundle is the same
-/// either way, every file's manifest `sha256` is the sha256 of its bytes
-/// and every tensor's `source_sha256` that of its source bytes (both
-/// computed here with the `sha2` crate).
+/// time, as under `CONVERT_FORCE_ISA=avx2` here; `--bits 4` hashes the
+/// sources under 64 MiB sixteen at a time there, else each beside its
+/// encoder: the bundle is the same either way, every file's manifest
+/// `sha256` is the sha256 of its bytes and every tensor's `source_sha256`
+/// that of its source bytes (both computed here with the `sha2` crate).
 #[test]
 fn sidecar_hashes_are_sha256_with_and_without_sixteen_lanes() {
     use sha2::{Digest, Sha256};
     let tmp = tempfile::tempdir().unwrap();
-    for model in [
-        "models/tiny-llama-Q4_K_M.gguf",
-        "models/tiny-llama-Q8_0.gguf",
+    for (model, extra) in [
+        ("models/tiny-llama-Q4_K_M.gguf", &[][..]),
+        ("models/tiny-llama-Q8_0.gguf", &[][..]),
+        ("models/tiny-llama-f32.gguf", &["--bits", "4"][..]),
     ] {
         let mut folders = Vec::new();
         for cap in [None, Some("avx2")] {
@@ -690,7 +692,8 @@ fn sidecar_hashes_are_sha256_with_and_without_sixteen_lanes() {
             let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_convert"));
             cmd.arg(fixture(model))
                 .arg(&out)
-                .args(["-q", "--threads", "2"]);
+                .args(["-q", "--threads", "2"])
+                .args(extra);
             if let Some(c) = cap {
                 cmd.env("CONVERT_FORCE_ISA", c);
             }

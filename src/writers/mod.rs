@@ -41,21 +41,35 @@ pub struct Ctx<'a> {
     pub parallel_done: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
+/// CQ4 source tensors of at least this many bytes are hashed beside their
+/// encoder even where sixteen lanes run: in the sixteen-lane group (whose
+/// lanes step the same blocks) a tensor much longer than the others runs
+/// alone most of its length, at one message's rate, after a second read
+/// of its pages (all CQ4 sources there: 2.87 against 2.61 s on an Ice
+/// Lake, session 25; the sources under 64 MiB there: -2 % on a Zen 5,
+/// session 26).
+pub const SELF_HASHED_PANELS: u64 = 64 << 20;
+
 /// Jobs that, with [`Ctx::hash_source`], hash their source tensor as they
 /// read it: CQ4 matrices whose rows are encoded in file order (each chunk
 /// hashed while its pages are mapped for the encoder, instead of one more
 /// pass over the source); and the sidecars of moved blocks, whose output
-/// is as long as the tensor and written in step with reading it, unless
-/// the CPU hashes sixteen messages at once ([`sha256x2::many_supported`]):
-/// then their tensors are hashed sixteen at a time beside the jobs
-/// (`digest::tensors_sha256`, ~2.2x the rate of hashing each beside its
-/// file; docs/BENCHMARKS.md, session 25).
+/// is as long as the tensor and written in step with reading it. Where the
+/// CPU hashes sixteen messages at once ([`sha256x2::many_supported`]), the
+/// sidecars' tensors and the CQ4 tensors under [`SELF_HASHED_PANELS`]
+/// bytes are hashed sixteen at a time beside the jobs instead
+/// (`digest::tensors_sha256`: ~2.2x the rate of hashing each beside its
+/// file on an Ice Lake, 1.8x on a Zen 5; docs/BENCHMARKS.md, sessions 25
+/// and 26).
 pub fn hashes_own_source(job: &Job) -> bool {
     match job.action {
         Action::Sidecar {
             requantize: false, ..
         } => !sha256x2::many_supported(),
-        Action::Panels { .. } => job.transform.unpermute_heads.is_none(),
+        Action::Panels { .. } => {
+            job.transform.unpermute_heads.is_none()
+                && (!sha256x2::many_supported() || job.tensor.n_bytes >= SELF_HASHED_PANELS)
+        }
         _ => false,
     }
 }
