@@ -130,8 +130,9 @@ pub fn write(
     } else {
         ctx.out.create(&job.file)?
     };
+    // (`prefix` has checked the layout: `file_len` is the file's length.)
     let prefix = weights_file::write::prefix(&header, &[])?;
-    w.allocate((prefix.len() as u64).saturating_add(header.data_bytes));
+    w.allocate(weights_file::Layout::of(&header).map_or(0, |l| l.file_len));
     w.write_all(&prefix)?;
     let mut buf = REPACK.with(|b| b.take());
     // The tensor's hash, beside the file's (see `writers::hashes_own_source`).

@@ -88,7 +88,7 @@ impl AtomicFile {
     /// then report it) are ignored, and the bytes are what is written.
     pub fn allocate(&self, len: u64) {
         #[cfg(target_os = "linux")]
-        if let (Some(w), true) = (&self.file, len > 0) {
+        if let Some(w) = self.file.as_ref().filter(|_| len > 0) {
             let _ =
                 rustix::fs::fallocate(w.get_ref(), rustix::fs::FallocateFlags::KEEP_SIZE, 0, len);
         }
