@@ -32,7 +32,16 @@
 //   gemm TYPE N K M THREADS GFs
 //   kernel TYPE K GBs
 //
-// Usage: ggml_mulmat [--quick] [--gemm | --kernel] [--thread-clock] [--types Q8_0,Q4_0,...]
+// Peer (--serve, one type and one shape): sets up the cold copies as for a
+// cold run, prints "ready BYTES" (weight bytes of one cold pass), then
+// answers each line "cold T" on stdin with the seconds of one cold pass on
+// T threads (T in --threads) and exits on "quit" or end of input. gemv.rs
+// (GEMV_BENCH_GGML_PEER) drives it so that its own cold passes and ggml's
+// alternate pass by pass: the host's DRAM rate drifts over seconds
+// (docs/BENCHMARKS.md, session 26), and passes run side by side see the
+// same rate. Between passes this process waits on its input, idle.
+//
+// Usage: ggml_mulmat [--quick] [--gemm | --kernel | --serve] [--thread-clock] [--types Q8_0,Q4_0,...]
 //                    [--shapes 2048x2048,...] [--threads 1,2]
 // (--thread-clock: 1-thread GEMM passes timed by the thread's CPU time)
 #define _GNU_SOURCE
@@ -297,6 +306,44 @@ static void kernel_bench(enum ggml_type ty, double budget) {
     free(act);
 }
 
+// --- peer for paired cold passes (--serve) ------------------------------------
+static void serve(enum ggml_type ty, int64_t n, int64_t k, const int *nthreads, struct ggml_threadpool **pools,
+                  int nth) {
+    size_t rb = ggml_row_size(ty, k) * (size_t)n;
+    int copies = (int)((COLD_BYTES + rb - 1) / rb);
+    if (copies < 2) copies = 2;
+    struct bench b;
+    bench_init(&b, ty, n, k, 1, copies);
+    b.s.first = 0;
+    b.s.count = copies;
+    int planned = -1;
+    printf("ready\t%zu\n", b.wbytes * (size_t)copies);
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        int t;
+        if (!strncmp(line, "quit", 4)) break;
+        if (sscanf(line, "cold %d", &t) != 1) die("--serve: expected 'cold T' or 'quit'");
+        int ti = -1;
+        for (int i = 0; i < nth; i++)
+            if (nthreads[i] == t) ti = i;
+        if (ti < 0) die("--serve: thread count not in --threads");
+        if (planned != ti) {
+            bench_plan(&b, nthreads[ti], pools[ti]);
+            planned = ti;
+        }
+        double t0 = now_s();
+        compute_pass(&b.s);
+        double secs = now_s() - t0;
+        // Let the pool's threads stop spinning before the other side's pass.
+        struct timespec pause = {0, 2000000};
+        nanosleep(&pause, NULL);
+        printf("%.9f\n", secs);
+        fflush(stdout);
+    }
+    bench_free(&b);
+}
+
 static enum ggml_type type_of(const char *name) {
     for (int t = 0; t < GGML_TYPE_COUNT; t++) {
         const char *tn = ggml_type_name((enum ggml_type)t);
@@ -316,16 +363,17 @@ int main(int argc, char **argv) {
     char types_s[256] = "q8_0,q4_0,q4_1,q4_K,q6_K";
     char shapes_s[256] = "2048x2048,8192x2048,2048x8192";
     char threads_s[64] = "1,2";
-    int gemm = 0, kernel = 0;
+    int gemm = 0, kernel = 0, serve_mode = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--gemm")) gemm = 1;
         else if (!strcmp(argv[i], "--kernel")) kernel = 1;
+        else if (!strcmp(argv[i], "--serve")) serve_mode = 1;
         else if (!strcmp(argv[i], "--thread-clock")) thread_clock = 1;
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) snprintf(types_s, sizeof types_s, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) snprintf(shapes_s, sizeof shapes_s, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) snprintf(threads_s, sizeof threads_s, "%s", argv[++i]);
-        else die("usage: ggml_mulmat [--quick] [--gemm | --kernel] [--thread-clock] [--types T,..] [--shapes NxK,..] [--threads 1,2]");
+        else die("usage: ggml_mulmat [--quick] [--gemm | --kernel | --serve] [--thread-clock] [--types T,..] [--shapes NxK,..] [--threads 1,2]");
     }
     char *types[32], *shapes[16], *ths[8];
     int nty = split(types_s, types, 32), nsh = split(shapes_s, shapes, 16), nth = split(threads_s, ths, 8);
@@ -348,6 +396,15 @@ int main(int argc, char **argv) {
         struct ggml_threadpool_params tpp = ggml_threadpool_params_default(nthreads[t]);
         pools[t] = ggml_threadpool_new(&tpp);
         if (!pools[t]) die("ggml_threadpool_new failed");
+    }
+
+    if (serve_mode) {
+        int64_t n, k;
+        if (nty != 1 || nsh != 1 || sscanf(shapes[0], "%" SCNd64 "x%" SCNd64, &n, &k) != 2)
+            die("--serve takes one type and one shape (NxK)");
+        serve(type_of(types[0]), n, k, nthreads, pools, nth);
+        for (int t = 0; t < nth; t++) ggml_threadpool_free(pools[t]);
+        return 0;
     }
 
     if (!gemm) {

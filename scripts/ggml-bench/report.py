@@ -34,14 +34,20 @@ def main():
     run, out_json = Path(sys.argv[1]), Path(sys.argv[2])
     machine = dict(r[:2] for r in records(run / "machine.tsv"))
     ours_gemv, ours_gemm, ggml_gemv, ggml_gemm = {}, {}, {}, {}
+    # ggml's cold GB/s measured pass by pass beside ours (gemv.rs with
+    # GEMV_BENCH_GGML_PEER): the cold ratios use it when present.
+    ours_paired = {}
     ours_kernel, ggml_kernel = {}, {}
     for r in records(run / "ours.tsv"):
         ty, layout = r[1].split(" ", 1) if " " in r[1] else (r[1], "")
         if r[0] == "kernel":
             best(ours_kernel, (ty, layout), [float(r[3])])
         elif r[0] == "gemv":
-            # gemv LAYOUT N K THREADS HOT COLD BW [HOT_BW]
-            best(ours_gemv, (ty, layout, int(r[2]), int(r[3]), int(r[4])), [float(x) for x in r[5:9]])
+            # gemv LAYOUT N K THREADS HOT COLD BW [HOT_BW [GGML_COLD PAIR_RATIO]]
+            key = (ty, layout, int(r[2]), int(r[3]), int(r[4]))
+            best(ours_gemv, key, [float(x) for x in r[5:9]])
+            if len(r) > 10:
+                best(ours_paired, key, [float(r[9]), float(r[10])])
         else:
             # gemm LAYOUT N K M THREADS GEMM GEMVS [ISA]
             isa = r[8] if len(r) > 8 else "?"
@@ -64,7 +70,9 @@ def main():
         "read BW = f32-sum GB/s beside the cold run, ours (R8 cell) / ggml; "
         "hot read = f32-sum GB/s over a buffer of the matrix's size, over and over (beside ours' R8 hot run): "
         "where the matrix sits in L3 it caps the hot cells of both sides; a miss marked 'above read' "
-        "has its target above that rate"
+        "has its target above that rate; 'cold X vs Y': ours X against ggml's Y measured in the same "
+        "window, its passes alternating with ours (the ratio is X / Y; 'pairs': the median of each pair's ours / "
+        "ggml's, over the host's rates in the window)"
     )
     print()
     head = ["type", "NxK", "thr"]
@@ -89,7 +97,13 @@ def main():
                     row.append("-")
                     continue
                 cell["ours"].setdefault(lay, dict(zip(["hot", "cold", "bw", "hot_bw"], o)))
-                ratio = o[i] / g[i] if g[i] > 0 else float("inf")
+                ref = g[i]
+                paired = ours_paired.get((ty, lay, n, k, t)) if kind == "cold" else None
+                if paired:
+                    ref = paired[0]
+                    cell["ours"][lay]["ggml_cold_paired"] = ref
+                    cell["ours"][lay]["pair_ratio_median"] = paired[1]
+                ratio = o[i] / ref if ref > 0 else float("inf")
                 cell.setdefault("ratio", {}).setdefault(lay, {})[kind] = round(ratio, 3)
                 bar = PLAIN_TARGET if lay == "row_major" else TARGET
                 miss = ratio < bar
@@ -100,7 +114,9 @@ def main():
                         note = " above read"
                         above.append(f"{ty} {lay} {n}x{k} {t}t")
                     misses.append(f"{ty} {lay} {n}x{k} {kind} {t}t {ratio:.2f}x{note}")
-                row.append(f"{o[i]:.1f} ({ratio:.2f}x{' miss' + note if miss else ''})")
+                vs = f" vs {ref:.1f}" if paired else ""
+                med = f"; pairs {paired[1]:.2f}x" if paired else ""
+                row.append(f"{o[i]:.1f}{vs} ({ratio:.2f}x{' miss' + note if miss else ''}{med})")
         row.append(f"{o8[2]:.1f} / {g[2]:.1f}" if o8 else f"- / {g[2]:.1f}")
         row.append(f"{hot_read:.1f}" if hot_read is not None else "-")
         print("| " + " | ".join(row) + " |")

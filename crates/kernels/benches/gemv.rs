@@ -35,9 +35,14 @@
 //!   tier), `GEMV_BENCH_M=16,64`, `GEMV_BENCH_CLOCK=thread` (1-thread
 //!   cells timed by the thread's CPU time: a loaded machine's waits are
 //!   not charged);
+//! - `GEMV_BENCH_GGML_PEER=PROG`: for every ggml-layout cell, start
+//!   `PROG --serve` (scripts/ggml-bench/ggml_mulmat.c) on the same type
+//!   and shape and run the cold passes paired: one of ours, one of ggml's
+//!   (first side swapped every pair), each side's best pass kept and the
+//!   median ratio of the pairs ([`paired_cold`]);
 //! - `GEMV_BENCH_TSV=FILE`: also append every cell to FILE as
 //!   tab-separated records, read by `scripts/bench-gemv-vs-ggml`:
-//!   `gemv LAYOUT N K THREADS HOT COLD BW HOT_BW`,
+//!   `gemv LAYOUT N K THREADS HOT COLD BW HOT_BW [GGML_COLD PAIR_RATIO]`,
 //!   `gemm LAYOUT N K M THREADS GEMM_GFs GEMVS_GFs ISA` and
 //!   `kernel LAYOUT K GBs`.
 
@@ -211,9 +216,17 @@ fn thread_clock() -> bool {
     std::env::var("GEMV_BENCH_CLOCK").is_ok_and(|c| c == "thread")
 }
 
-/// The read-bandwidth probe: an f32 sum over `COLD_BYTES`.
+/// The read-bandwidth probe: an f32 sum over `COLD_BYTES`, starting on a
+/// cache line like the matrices it stands beside ([`AlignedBytes`]): a
+/// `Vec<f32>` of this size starts 16 bytes into a page (the allocator's
+/// header), and every 64-byte load of the sum then spans two lines, which
+/// read 12 - 14 % slower from DRAM at one thread on the Zen 5 guest
+/// (session 27; a C sum at offset 0 against 16).
 struct Bandwidth {
     buf: Vec<f32>,
+    /// Index of the first f32 on a 64-byte boundary.
+    start: usize,
+    len: usize,
 }
 
 impl Bandwidth {
@@ -225,24 +238,34 @@ impl Bandwidth {
     /// a matrix, summed over and over, the rate at which the cache level
     /// holding it can be read (the ceiling of that matrix's hot cells).
     fn of(bytes: usize) -> Self {
-        Bandwidth {
-            buf: (0..bytes / 4).map(|i| (i % 7) as f32).collect(),
+        let len = bytes / 4;
+        let pad = 64 / 4;
+        let mut buf = vec![0f32; len + pad];
+        let start = buf.as_ptr().align_offset(64).min(pad);
+        for (i, v) in buf[start..start + len].iter_mut().enumerate() {
+            *v = (i % 7) as f32;
         }
+        Bandwidth { buf, start, len }
+    }
+
+    fn data(&self) -> &[f32] {
+        &self.buf[self.start..self.start + self.len]
     }
 
     /// Best-pass GB/s of the sum with `threads` threads.
     fn measure(&self, runner: &Runner, threads: usize, budget: Duration) -> f64 {
-        let n = self.buf.len();
+        let buf = self.data();
+        let n = buf.len();
         measure_for(n * 4, budget, &mut || {
             let total: f32 = runner.run(|par| {
                 if par {
                     use rayon::prelude::*;
-                    self.buf
-                        .par_chunks(n.div_ceil(threads))
+                    // (Whole lines per thread: every part starts aligned.)
+                    buf.par_chunks(n.div_ceil(threads).next_multiple_of(16))
                         .map(probe_sum)
                         .sum()
                 } else {
-                    probe_sum(&self.buf)
+                    probe_sum(buf)
                 }
             });
             black_box(total);
@@ -287,16 +310,163 @@ fn probe_sum(s: &[f32]) -> f32 {
     body(s)
 }
 
+/// ggml's `mul_mat` on the same type and shape in another process
+/// (`ggml_mulmat --serve`), one cold pass per request: its copies are set
+/// up once, and between requests it waits on its input, idle.
+struct GgmlPeer {
+    child: std::process::Child,
+    to: std::process::ChildStdin,
+    from: std::io::BufReader<std::process::ChildStdout>,
+    /// Weight bytes of one of its cold passes.
+    bytes: f64,
+}
+
+impl GgmlPeer {
+    /// The peer for `format` at `n x k` on `threads`, if
+    /// `GEMV_BENCH_GGML_PEER` names the program.
+    fn start(format: QuantFormat, n: usize, k: usize, threads: &[usize]) -> Option<Self> {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let prog = std::env::var_os("GEMV_BENCH_GGML_PEER")?;
+        let threads = threads
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut child = Command::new(&prog)
+            .args(["--serve", "--types", &format.ggml_type().to_string()])
+            .args(["--shapes", &format!("{n}x{k}"), "--threads", &threads])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("GEMV_BENCH_GGML_PEER: cannot start");
+        let to = child.stdin.take().expect("piped stdin");
+        let mut from = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if from
+                .read_line(&mut line)
+                .expect("GEMV_BENCH_GGML_PEER: read")
+                == 0
+            {
+                panic!("GEMV_BENCH_GGML_PEER: ended before it was ready");
+            }
+            if let Some(b) = line.trim_end().strip_prefix("ready\t") {
+                let bytes = b.parse().expect("GEMV_BENCH_GGML_PEER: ready BYTES");
+                return Some(GgmlPeer {
+                    child,
+                    to,
+                    from,
+                    bytes,
+                });
+            }
+        }
+    }
+
+    /// Seconds of one cold pass on `threads` threads.
+    fn cold_pass(&mut self, threads: usize) -> f64 {
+        use std::io::BufRead;
+        writeln!(self.to, "cold {threads}").expect("GEMV_BENCH_GGML_PEER: write");
+        self.to.flush().expect("GEMV_BENCH_GGML_PEER: write");
+        let mut line = String::new();
+        self.from
+            .read_line(&mut line)
+            .expect("GEMV_BENCH_GGML_PEER: read");
+        line.trim().parse().expect("GEMV_BENCH_GGML_PEER: seconds")
+    }
+}
+
+impl Drop for GgmlPeer {
+    fn drop(&mut self) {
+        let _ = writeln!(self.to, "quit");
+        let _ = self.to.flush();
+        let _ = self.child.wait();
+    }
+}
+
+/// Cold GB/s of ours (`pass` streams `bytes`) and of `peer` on `threads`
+/// threads, their passes alternating (ours first in even pairs, ggml's in
+/// odd ones): each side's best pass, and the median over the pairs of
+/// ours / ggml's (each pair's two passes ran within ~0.1 s of each other,
+/// so the median shows the ratio across the host's rates in the window,
+/// where the best passes show it at the fastest). A warm-up of each, then
+/// pairs for at least 3 pairs and [`MIN_WINDOW`], until the budget or 200
+/// pairs. After each of our passes the bench sleeps 2 ms (as the peer
+/// does after each of its own) so neither side's idle pool threads spin
+/// into the other's pass.
+fn paired_cold(
+    bytes: usize,
+    pass: &mut dyn FnMut(),
+    peer: &mut GgmlPeer,
+    threads: usize,
+) -> PairedCold {
+    let budget = if quick() {
+        Duration::from_millis(600)
+    } else {
+        Duration::from_millis(3000)
+    };
+    let pause = Duration::from_millis(2);
+    let mut ours = || {
+        let t = Instant::now();
+        pass();
+        let s = t.elapsed().as_secs_f64();
+        std::thread::sleep(pause);
+        bytes as f64 / s / 1e9
+    };
+    ours();
+    peer.cold_pass(threads);
+    let start = Instant::now();
+    let (mut best_ours, mut best_ggml) = (0f64, 0f64);
+    let mut ratios = Vec::new();
+    let mut n = 0;
+    while n < 3 || start.elapsed() < MIN_WINDOW || (start.elapsed() < budget && n < 200) {
+        let mut theirs = || peer.bytes / peer.cold_pass(threads) / 1e9;
+        let (a, b) = if n % 2 == 0 {
+            let a = ours();
+            (a, theirs())
+        } else {
+            let b = theirs();
+            (ours(), b)
+        };
+        best_ours = best_ours.max(a);
+        best_ggml = best_ggml.max(b);
+        ratios.push(a / b);
+        n += 1;
+    }
+    ratios.sort_by(f64::total_cmp);
+    let m = ratios.len();
+    PairedCold {
+        ours: best_ours,
+        ggml: best_ggml,
+        median_ratio: (ratios[(m - 1) / 2] + ratios[m / 2]) / 2.0,
+    }
+}
+
+/// What [`paired_cold`] measured.
+struct PairedCold {
+    /// Our best cold pass, GB/s.
+    ours: f64,
+    /// ggml's best cold pass in the same window, GB/s.
+    ggml: f64,
+    /// The median over the pairs of ours / ggml's.
+    median_ratio: f64,
+}
+
 /// One cell: hot and cold GEMV GB/s, the read bandwidth measured right
 /// before and after the cold run with the same thread count (best of
 /// both), and the hot read rate of a buffer of the matrix's size
-/// ([`Bandwidth::of`], right after the hot run).
+/// ([`Bandwidth::of`], right after the hot run); with a peer, ggml's cold
+/// GB/s measured in the same window ([`paired_cold`]).
 #[derive(Clone, Copy)]
 struct Cell {
     hot: f64,
     cold: f64,
     bw: f64,
     hot_bw: f64,
+    /// With a peer: ggml's best cold pass in the same window and the
+    /// median pair ratio ([`PairedCold`]).
+    ggml_cold: Option<(f64, f64)>,
 }
 
 /// Plain ggml bytes of an `n x k` matrix: 64 quantized Gaussian rows tiled.
@@ -393,6 +563,7 @@ fn bench_case(
     // Each copy is a whole tensor: data (and for CQ4 its own scales blob,
     // whose folded norms the kernel streams too).
     let mut storage: Vec<(Vec<u8>, AlignedBytes)> = Vec::new();
+    let mut peer = None;
     match layout {
         Layout::Ggml(f, l) => {
             if !k.is_multiple_of(f.block_weights()) {
@@ -411,6 +582,7 @@ fn bench_case(
             let copies = if hot_only() {
                 1
             } else {
+                peer = GgmlPeer::start(f, n, k, threads);
                 COLD_BYTES.div_ceil(data.len()).max(2)
             };
             for _ in 0..copies {
@@ -467,23 +639,33 @@ fn bench_case(
                 cold: 0.0,
                 bw: 0.0,
                 hot_bw,
+                ggml_cold: None,
             });
             continue;
         }
         let before = bwp.measure(&runner, t, short);
-        let cold = runner.timed(|| {
-            measure(bytes * mats.len(), || {
-                for m in &mats {
-                    one(m.as_ref(), &mut y, &mut ws);
-                }
-            })
-        });
+        let mut cold_pass = || {
+            for m in &mats {
+                one(m.as_ref(), &mut y, &mut ws);
+            }
+        };
+        let (cold, ggml_cold) = match peer.as_mut() {
+            Some(p) => {
+                let c = runner.timed(|| paired_cold(bytes * mats.len(), &mut cold_pass, p, t));
+                (c.ours, Some((c.ggml, c.median_ratio)))
+            }
+            None => (
+                runner.timed(|| measure(bytes * mats.len(), &mut cold_pass)),
+                None,
+            ),
+        };
         let after = bwp.measure(&runner, t, short);
         out.push(Cell {
             hot,
             cold,
             bw: before.max(after),
             hot_bw,
+            ggml_cold,
         });
     }
     Some(out)
@@ -535,7 +717,7 @@ fn main() {
         Err(_) => vec![1, 2],
     };
     let bwp = if hot_only() {
-        Bandwidth { buf: Vec::new() }
+        Bandwidth::of(0)
     } else {
         Bandwidth::new()
     };
@@ -597,7 +779,7 @@ fn main() {
             .map(|&(n, k)| {
                 let c = bench_case(&bwp, layout, n, k, isa, &threads);
                 for (t, r) in threads.iter().zip(c.iter().flatten()) {
-                    tsv(&[
+                    let mut rec = vec![
                         "gemv".into(),
                         layout.name(),
                         n.to_string(),
@@ -607,7 +789,11 @@ fn main() {
                         format!("{:.2}", r.cold),
                         format!("{:.2}", r.bw),
                         format!("{:.2}", r.hot_bw),
-                    ]);
+                    ];
+                    if let Some((g, m)) = r.ggml_cold {
+                        rec.extend([format!("{g:.2}"), format!("{m:.3}")]);
+                    }
+                    tsv(&rec);
                 }
                 c
             })
