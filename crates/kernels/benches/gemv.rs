@@ -343,23 +343,29 @@ impl GgmlPeer {
         let to = child.stdin.take().expect("piped stdin");
         let mut from = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
         let mut line = String::new();
-        loop {
+        let bytes = loop {
             line.clear();
             if from
                 .read_line(&mut line)
                 .expect("GEMV_BENCH_GGML_PEER: read")
                 == 0
             {
-                panic!("GEMV_BENCH_GGML_PEER: ended before it was ready");
+                break None;
             }
             if let Some(b) = line.trim_end().strip_prefix("ready\t") {
-                let bytes = b.parse().expect("GEMV_BENCH_GGML_PEER: ready BYTES");
-                return Some(GgmlPeer {
-                    child,
-                    to,
-                    from,
-                    bytes,
-                });
+                break Some(b.parse().expect("GEMV_BENCH_GGML_PEER: ready BYTES"));
+            }
+        };
+        match bytes {
+            Some(bytes) => Some(GgmlPeer {
+                child,
+                to,
+                from,
+                bytes,
+            }),
+            None => {
+                let _ = child.wait();
+                panic!("GEMV_BENCH_GGML_PEER: ended before it was ready");
             }
         }
     }
