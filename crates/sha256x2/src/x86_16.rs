@@ -21,7 +21,7 @@ pub(super) const LANES: usize = 16;
 /// Blocks prefetched ahead of the one compressed, in each lane (512 bytes;
 /// 8 KiB over the sixteen lanes). Sixteen streams from DRAM left the
 /// hardware prefetchers behind: `cargo bench -p sha256x2` on the Zen 5
-/// guest, sixteen 16 MiB messages 3.85 - 3.87 GB/s without, 4.19 - 4.25
+/// guest, sixteen 16 MiB messages 3.85 - 3.87 GB/s without, 4.10 - 4.30
 /// with 4, 8 or 16 blocks ahead, against 4.27 in cache (docs/BENCHMARKS.md,
 /// session 27).
 const AHEAD: usize = 8;
