@@ -306,12 +306,18 @@ static void kernel_bench(enum ggml_type ty, double budget) {
     free(act);
 }
 
+// Copies of an N x K matrix a cold pass cycles through: enough to exceed
+// COLD_BYTES, at least two.
+static int cold_copies(enum ggml_type ty, int64_t n, int64_t k) {
+    size_t rb = ggml_row_size(ty, k) * (size_t)n;
+    int copies = (int)((COLD_BYTES + rb - 1) / rb);
+    return copies < 2 ? 2 : copies;
+}
+
 // --- peer for paired cold passes (--serve) ------------------------------------
 static void serve(enum ggml_type ty, int64_t n, int64_t k, const int *nthreads, struct ggml_threadpool **pools,
                   int nth) {
-    size_t rb = ggml_row_size(ty, k) * (size_t)n;
-    int copies = (int)((COLD_BYTES + rb - 1) / rb);
-    if (copies < 2) copies = 2;
+    int copies = cold_copies(ty, n, k);
     struct bench b;
     bench_init(&b, ty, n, k, 1, copies);
     b.s.first = 0;
@@ -439,9 +445,7 @@ int main(int argc, char **argv) {
                 }
                 continue;
             }
-            size_t rb = ggml_row_size(ty, k) * (size_t)n;
-            int copies = (int)((COLD_BYTES + rb - 1) / rb);
-            if (copies < 2) copies = 2;
+            int copies = cold_copies(ty, n, k);
             struct bench b;
             bench_init(&b, ty, n, k, 1, copies);
             for (int t = 0; t < nth; t++) {

@@ -130,10 +130,10 @@ pub fn write(
     } else {
         ctx.out.create(&job.file)?
     };
-    // (`prefix` has checked the layout: `file_len` is the file's length.)
-    let prefix = weights_file::write::prefix(&header, &[])?;
-    w.allocate(weights_file::Layout::of(&header).map_or(0, |l| l.file_len));
-    w.write_all(&prefix)?;
+    let layout = weights_file::Layout::of(&header)
+        .with_context(|| format!("{}: header regions overflow", ctx.at(job)))?;
+    w.allocate(layout.file_len);
+    w.write_all(&weights_file::write::prefix(&header, &[])?)?;
     let mut buf = REPACK.with(|b| b.take());
     // The tensor's hash, beside the file's (see `writers::hashes_own_source`).
     let mut src_hash = (ctx.hash_source && super::hashes_own_source(job)).then(Sha256::new);

@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 
 use cq4::rng::{fill_gaussian, SplitMix64};
 use ggml_quants::quantize_rows;
-use kernels::aligned::AlignedBytes;
+use kernels::aligned::{Aligned, AlignedBytes};
 use kernels::{
     Exec, Gemv, GgmlMatrix, Isa, PanelMatrix, QuantFormat, RotationFamily as Family, RowLayout,
     Workspace,
@@ -155,12 +155,22 @@ impl Runner {
 /// processes on the machine can only slow a pass down, so the best pass is
 /// the least disturbed estimate of what the machine can do.
 fn measure(bytes: usize, mut pass: impl FnMut()) -> f64 {
-    let budget = if quick() {
+    measure_for(bytes, budget(), &mut pass)
+}
+
+/// How long [`measure`] times one cell's passes.
+fn budget() -> Duration {
+    if quick() {
         Duration::from_millis(300)
     } else {
         Duration::from_millis(1500)
-    };
-    measure_for(bytes, budget, &mut pass)
+    }
+}
+
+/// Whether a timing loop started at `start` takes another pass after `n`:
+/// at least 3 passes and [`MIN_WINDOW`], then until `budget` or 200.
+fn more_passes(n: usize, start: Instant, budget: Duration) -> bool {
+    n < 3 || start.elapsed() < MIN_WINDOW || (start.elapsed() < budget && n < 200)
 }
 
 fn measure_for(bytes: usize, budget: Duration, pass: &mut dyn FnMut()) -> f64 {
@@ -201,7 +211,7 @@ fn best_rate(
     let start = Instant::now();
     let mut best = 0f64;
     let mut n = 0;
-    while n < 3 || start.elapsed() < MIN_WINDOW || (start.elapsed() < budget && n < 200) {
+    while more_passes(n, start, budget) {
         let t = clock();
         pass();
         best = best.max(bytes as f64 / (clock() - t) / 1e9);
@@ -217,16 +227,13 @@ fn thread_clock() -> bool {
 }
 
 /// The read-bandwidth probe: an f32 sum over `COLD_BYTES`, starting on a
-/// cache line like the matrices it stands beside ([`AlignedBytes`]): a
+/// cache line like the matrices it stands beside ([`Aligned`]): a
 /// `Vec<f32>` of this size starts 16 bytes into a page (the allocator's
 /// header), and every 64-byte load of the sum then spans two lines, which
 /// read 12 - 14 % slower from DRAM at one thread on the Zen 5 guest
 /// (session 27; a C sum at offset 0 against 16).
 struct Bandwidth {
-    buf: Vec<f32>,
-    /// Index of the first f32 on a 64-byte boundary.
-    start: usize,
-    len: usize,
+    buf: Aligned<f32>,
 }
 
 impl Bandwidth {
@@ -238,23 +245,16 @@ impl Bandwidth {
     /// a matrix, summed over and over, the rate at which the cache level
     /// holding it can be read (the ceiling of that matrix's hot cells).
     fn of(bytes: usize) -> Self {
-        let len = bytes / 4;
-        let pad = 64 / 4;
-        let mut buf = vec![0f32; len + pad];
-        let start = buf.as_ptr().align_offset(64).min(pad);
-        for (i, v) in buf[start..start + len].iter_mut().enumerate() {
+        let mut buf = Aligned::zeroed(bytes / 4);
+        for (i, v) in buf.as_mut_slice().iter_mut().enumerate() {
             *v = (i % 7) as f32;
         }
-        Bandwidth { buf, start, len }
-    }
-
-    fn data(&self) -> &[f32] {
-        &self.buf[self.start..self.start + self.len]
+        Bandwidth { buf }
     }
 
     /// Best-pass GB/s of the sum with `threads` threads.
     fn measure(&self, runner: &Runner, threads: usize, budget: Duration) -> f64 {
-        let buf = self.data();
+        let buf = self.buf.as_slice();
         let n = buf.len();
         measure_for(n * 4, budget, &mut || {
             let total: f32 = runner.run(|par| {
@@ -397,8 +397,8 @@ impl Drop for GgmlPeer {
 /// ours / ggml's (each pair's two passes ran within ~0.1 s of each other,
 /// so the median shows the ratio across the host's rates in the window,
 /// where the best passes show it at the fastest). A warm-up of each, then
-/// pairs for at least 3 pairs and [`MIN_WINDOW`], until the budget or 200
-/// pairs. After each of our passes the bench sleeps 2 ms (as the peer
+/// pairs as [`more_passes`] says, over twice [`measure`]'s budget (two
+/// sides). After each of our passes the bench sleeps 2 ms (as the peer
 /// does after each of its own) so neither side's idle pool threads spin
 /// into the other's pass.
 fn paired_cold(
@@ -407,11 +407,7 @@ fn paired_cold(
     peer: &mut GgmlPeer,
     threads: usize,
 ) -> PairedCold {
-    let budget = if quick() {
-        Duration::from_millis(600)
-    } else {
-        Duration::from_millis(3000)
-    };
+    let budget = 2 * budget();
     let pause = Duration::from_millis(2);
     let mut ours = || {
         let t = Instant::now();
@@ -426,7 +422,7 @@ fn paired_cold(
     let (mut best_ours, mut best_ggml) = (0f64, 0f64);
     let mut ratios = Vec::new();
     let mut n = 0;
-    while n < 3 || start.elapsed() < MIN_WINDOW || (start.elapsed() < budget && n < 200) {
+    while more_passes(n, start, budget) {
         let mut theirs = || peer.bytes / peer.cold_pass(threads) / 1e9;
         let (a, b) = if n % 2 == 0 {
             let a = ours();
