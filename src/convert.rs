@@ -367,12 +367,25 @@ fn importance_estimate(
 /// their bundle ([`cq4::Bundle::prepare`]). An error is left to the
 /// tensor's encoder, which gives it with the tensor's name.
 fn prepare_bundle(plan: &Plan, portion: &Portion) {
+    // Each distinct (bundle, family, width) once, side by side (the
+    // codebooks and the rotation are independent; a cached one returns at
+    // once).
+    let mut wanted: Vec<(&cq4::Bundle, cq4::Family, usize)> = Vec::new();
     for &i in &portion.jobs {
         let job = &plan.jobs[i];
         if let (Action::Panels { family, bundle }, [_, k]) = (&job.action, &job.tensor.shape[..]) {
-            let _ = bundle.prepare(*family, *k as usize);
+            let key = (*bundle, *family, (*k as usize).next_multiple_of(cq4::GROUP_SIZE));
+            if !wanted
+                .iter()
+                .any(|w| std::ptr::eq(w.0, key.0) && w.1 == key.1 && w.2 == key.2)
+            {
+                wanted.push(key);
+            }
         }
     }
+    wanted.par_iter().with_max_len(1).for_each(|&(bundle, family, kp)| {
+        let _ = bundle.prepare(family, kp);
+    });
 }
 
 /// Write a portion of the bundle into the staging folder; with `check`,

@@ -88,6 +88,18 @@ fn main() {
     let t = Instant::now();
     bundle.codebook(128).expect("codebook");
     println!("codebook d=128: {:.3} s", t.elapsed().as_secs_f64());
+    // The orthogonal rotation's QR (part of an orthogonal encoder's
+    // setup), best of 3.
+    for kp in [640usize, 2048] {
+        let best = (0..3)
+            .map(|_| {
+                let t = Instant::now();
+                cq4::orthogonal::orthogonal_q(DEFAULT_SEED, kp).expect("rotation");
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min);
+        println!("rotation QR Kp={kp}: {best:.4} s (best of 3)");
+    }
     let cases: &[(Family, usize, usize, bool)] = &[
         (Family::Hadamard, 2048, 2048, false),
         (Family::Hadamard, 8960, 1536, false),

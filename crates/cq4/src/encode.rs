@@ -103,7 +103,11 @@ impl Bundle {
     ) -> Result<(Arc<Codebook>, Option<Arc<OrthogonalRotation>>), Cq4Error> {
         Ok(match family {
             Family::Hadamard => (self.codebook(HADAMARD_N)?, None),
-            Family::Orthogonal => (self.codebook(kp)?, Some(self.orthogonal(kp)?)),
+            Family::Orthogonal => {
+                // Independent: side by side (the rotation's QR is the long one).
+                let (cb, rot) = rayon::join(|| self.codebook(kp), || self.orthogonal(kp));
+                (cb?, Some(rot?))
+            }
         })
     }
 

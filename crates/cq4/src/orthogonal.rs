@@ -214,7 +214,7 @@ fn reflect_partial(panel: &mut [f64], j: usize, q0: usize, v: &[f64], beta: f64)
 }
 
 /// Column-panel width of the left-looking QR.
-const LW: usize = 16;
+pub(crate) const LW: usize = 16;
 
 /// One Householder reflector `H = I - beta v v^T` acting on rows `j..Kp`
 /// (`beta == 0`: the identity step).
@@ -223,10 +223,18 @@ struct Reflector {
     beta: f64,
 }
 
+/// A column panel of the left-looking QR: `Kp` rows of [`LW`] columns.
+pub(crate) type PanelRow = [f64; LW];
+
 /// Apply reflector `(j, v, beta)` to columns `q0..LW` of a row-major
 /// `Kp x LW` panel: `s_q = sum_{i=j..Kp} v_{i-j} * P[i][q]` (sequential in
-/// `i`), `t_q = beta * s_q`, `P[i][q] = P[i][q] - v_{i-j} * t_q`.
-fn apply_reflector(panel: &mut [[f64; LW]], j: usize, q0: usize, v: &[f64], beta: f64) {
+/// `i`), `t_q = beta * s_q`, `P[i][q] = P[i][q] - v_{i-j} * t_q`. Every
+/// column is its own sequence of roundings (a product rounded, then added;
+/// no FMA: Rust never contracts), so the tiers of
+/// [`crate::simd::apply_reflector`] compile this body for wider registers
+/// (more columns per instruction) and get the same bits.
+#[inline(always)]
+pub(crate) fn apply_reflector(panel: &mut [PanelRow], j: usize, q0: usize, v: &[f64], beta: f64) {
     let rows = &mut panel[j..];
     let mut s = [0.0f64; LW];
     let mut t = [0.0f64; LW];
@@ -272,6 +280,16 @@ fn apply_reflector(panel: &mut [[f64; LW]], j: usize, q0: usize, v: &[f64], beta
 /// the operations of the module docs in the same order, so the result is
 /// bit-identical to the step-by-step description for any thread count.
 pub fn orthogonal_q(bundle_seed: u64, kp: usize) -> Result<Vec<f64>, Cq4Error> {
+    orthogonal_q_on(crate::simd::EncodeIsa::best(), bundle_seed, kp)
+}
+
+/// [`orthogonal_q`] with the reflectors applied on `isa` (the same bits on
+/// every tier; the tier only sets how many columns one instruction updates).
+pub(crate) fn orthogonal_q_on(
+    isa: crate::simd::EncodeIsa,
+    bundle_seed: u64,
+    kp: usize,
+) -> Result<Vec<f64>, Cq4Error> {
     if kp == 0 || !kp.is_multiple_of(128) || kp > MAX_ORTHOGONAL_KP {
         return Err(Cq4Error::BadRotationWidth { kp });
     }
@@ -305,7 +323,7 @@ pub fn orthogonal_q(bundle_seed: u64, kp: usize) -> Result<Vec<f64>, Cq4Error> {
         panels[p0..p1].par_iter_mut().for_each(|panel| {
             for (j, r) in refl.iter().enumerate() {
                 if r.beta != 0.0 {
-                    apply_reflector(panel, j, 0, &r.v, r.beta);
+                    crate::simd::apply_reflector(isa, panel, j, 0, &r.v, r.beta);
                 }
             }
         });
@@ -339,7 +357,7 @@ pub fn orthogonal_q(bundle_seed: u64, kp: usize) -> Result<Vec<f64>, Cq4Error> {
             for (p, panel) in panels.iter_mut().enumerate().take(p1).skip(pc) {
                 let q0 = if p == pc { qc + 1 } else { 0 };
                 if q0 < LW {
-                    apply_reflector(panel, c, q0, &v, beta);
+                    crate::simd::apply_reflector(isa, panel, c, q0, &v, beta);
                 }
             }
             refl.push(Reflector { v, beta });
@@ -361,7 +379,14 @@ pub fn orthogonal_q(bundle_seed: u64, kp: usize) -> Result<Vec<f64>, Cq4Error> {
             for j in (0..c0 + LW).rev() {
                 let r = &refl[j];
                 if r.beta != 0.0 {
-                    apply_reflector(&mut panel, j, j.saturating_sub(c0), &r.v, r.beta);
+                    crate::simd::apply_reflector(
+                        isa,
+                        &mut panel,
+                        j,
+                        j.saturating_sub(c0),
+                        &r.v,
+                        r.beta,
+                    );
                 }
             }
             panel
@@ -611,12 +636,19 @@ mod tests {
     #[test]
     fn left_looking_equals_the_step_by_step_description() {
         for kp in [128usize, 256, 384] {
-            let a = orthogonal_q(DEFAULT_SEED ^ 5, kp).unwrap();
             let b = orthogonal_q_right_looking(DEFAULT_SEED ^ 5, kp).unwrap();
-            assert!(
-                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-                "kp {kp}"
-            );
+            // Every tier this CPU runs (the reflectors compiled for it),
+            // and the default one.
+            let mut tiers = crate::simd::EncodeIsa::available();
+            tiers.push(crate::simd::EncodeIsa::best());
+            for isa in tiers {
+                let a = orthogonal_q_on(isa, DEFAULT_SEED ^ 5, kp).unwrap();
+                assert!(
+                    a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "kp {kp}, {}",
+                    isa.name()
+                );
+            }
         }
     }
 

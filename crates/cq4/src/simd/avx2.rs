@@ -206,6 +206,31 @@ fn column_squares_avx2(sums: &mut [f64], rows: &[f32], k: usize, c0: usize) {
     super::portable_column_squares(sums, rows, k, c0, |p| _mm_prefetch::<_MM_HINT_T0>(p.cast()))
 }
 
+/// [`crate::orthogonal::apply_reflector`] compiled with AVX2 (the
+/// portable body, 4 f64 columns per instruction; no FMA: the same values).
+pub(super) fn apply_reflector(
+    panel: &mut [crate::orthogonal::PanelRow],
+    j: usize,
+    q0: usize,
+    v: &[f64],
+    beta: f64,
+) {
+    assert!(std::arch::is_x86_feature_detected!("avx2"));
+    // SAFETY: AVX2 was detected on this CPU just above.
+    unsafe { apply_reflector_avx2(panel, j, q0, v, beta) }
+}
+
+#[target_feature(enable = "avx2")]
+fn apply_reflector_avx2(
+    panel: &mut [crate::orthogonal::PanelRow],
+    j: usize,
+    q0: usize,
+    v: &[f64],
+    beta: f64,
+) {
+    crate::orthogonal::apply_reflector(panel, j, q0, v, beta)
+}
+
 /// The Hadamard batch quantizer compiled with AVX2 (the portable body,
 /// 4 f64 lanes per register; no FMA, no reassociation: the same values).
 pub(super) fn hadamard_batch(q: &HadamardQuant, x: &mut Batch, idx: &mut BatchIdx) -> [f64; LANES] {
