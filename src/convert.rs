@@ -374,7 +374,11 @@ fn prepare_bundle(plan: &Plan, portion: &Portion) {
     for &i in &portion.jobs {
         let job = &plan.jobs[i];
         if let (Action::Panels { family, bundle }, [_, k]) = (&job.action, &job.tensor.shape[..]) {
-            let key = (*bundle, *family, (*k as usize).next_multiple_of(cq4::GROUP_SIZE));
+            let key = (
+                *bundle,
+                *family,
+                (*k as usize).next_multiple_of(cq4::GROUP_SIZE),
+            );
             if !wanted
                 .iter()
                 .any(|w| std::ptr::eq(w.0, key.0) && w.1 == key.1 && w.2 == key.2)
@@ -383,9 +387,12 @@ fn prepare_bundle(plan: &Plan, portion: &Portion) {
             }
         }
     }
-    wanted.par_iter().with_max_len(1).for_each(|&(bundle, family, kp)| {
-        let _ = bundle.prepare(family, kp);
-    });
+    wanted
+        .par_iter()
+        .with_max_len(1)
+        .for_each(|&(bundle, family, kp)| {
+            let _ = bundle.prepare(family, kp);
+        });
 }
 
 /// Write a portion of the bundle into the staging folder; with `check`,
