@@ -214,59 +214,13 @@ fn reflect_partial(panel: &mut [f64], j: usize, q0: usize, v: &[f64], beta: f64)
 }
 
 /// Column-panel width of the left-looking QR.
-pub(crate) const LW: usize = 16;
+const LW: usize = 16;
 
 /// One Householder reflector `H = I - beta v v^T` acting on rows `j..Kp`
 /// (`beta == 0`: the identity step).
 struct Reflector {
     v: Vec<f64>,
     beta: f64,
-}
-
-/// A column panel of the left-looking QR: `Kp` rows of [`LW`] columns.
-pub(crate) type PanelRow = [f64; LW];
-
-/// Apply reflector `(j, v, beta)` to columns `q0..LW` of a row-major
-/// `Kp x LW` panel: `s_q = sum_{i=j..Kp} v_{i-j} * P[i][q]` (sequential in
-/// `i`), `t_q = beta * s_q`, `P[i][q] = P[i][q] - v_{i-j} * t_q`. Every
-/// column is its own sequence of roundings (a product rounded, then added;
-/// no FMA: Rust never contracts), so the tiers of
-/// [`crate::simd::apply_reflector`] compile this body for wider registers
-/// (more columns per instruction) and get the same bits.
-#[inline(always)]
-pub(crate) fn apply_reflector(panel: &mut [PanelRow], j: usize, q0: usize, v: &[f64], beta: f64) {
-    let rows = &mut panel[j..];
-    let mut s = [0.0f64; LW];
-    let mut t = [0.0f64; LW];
-    if q0 == 0 {
-        for (row, &vi) in rows.iter().zip(v) {
-            for q in 0..LW {
-                s[q] += vi * row[q];
-            }
-        }
-        for q in 0..LW {
-            t[q] = beta * s[q];
-        }
-        for (row, &vi) in rows.iter_mut().zip(v) {
-            for q in 0..LW {
-                row[q] -= vi * t[q];
-            }
-        }
-    } else {
-        for (row, &vi) in rows.iter().zip(v) {
-            for q in q0..LW {
-                s[q] += vi * row[q];
-            }
-        }
-        for q in q0..LW {
-            t[q] = beta * s[q];
-        }
-        for (row, &vi) in rows.iter_mut().zip(v) {
-            for q in q0..LW {
-                row[q] -= vi * t[q];
-            }
-        }
-    }
 }
 
 /// The f64 orthogonal factor `Q` (row-major, sign-normalized) of the Gaussian

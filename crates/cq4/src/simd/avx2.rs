@@ -206,10 +206,10 @@ fn column_squares_avx2(sums: &mut [f64], rows: &[f32], k: usize, c0: usize) {
     super::portable_column_squares(sums, rows, k, c0, |p| _mm_prefetch::<_MM_HINT_T0>(p.cast()))
 }
 
-/// [`crate::orthogonal::apply_reflector`] compiled with AVX2 (the
-/// portable body, 4 f64 columns per instruction; no FMA: the same values).
-pub(super) fn apply_reflector(
-    panel: &mut [crate::orthogonal::PanelRow],
+/// [`super::apply_reflector`] compiled with AVX2 (the portable body, 4
+/// f64 columns per instruction; no FMA: the same values).
+pub(super) fn apply_reflector<const W: usize>(
+    panel: &mut [[f64; W]],
     j: usize,
     q0: usize,
     v: &[f64],
@@ -221,14 +221,14 @@ pub(super) fn apply_reflector(
 }
 
 #[target_feature(enable = "avx2")]
-fn apply_reflector_avx2(
-    panel: &mut [crate::orthogonal::PanelRow],
+fn apply_reflector_avx2<const W: usize>(
+    panel: &mut [[f64; W]],
     j: usize,
     q0: usize,
     v: &[f64],
     beta: f64,
 ) {
-    crate::orthogonal::apply_reflector(panel, j, q0, v, beta)
+    super::portable_apply_reflector(panel, j, q0, v, beta)
 }
 
 /// The Hadamard batch quantizer compiled with AVX2 (the portable body,

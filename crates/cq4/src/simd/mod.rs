@@ -506,18 +506,22 @@ pub(crate) fn column_squares_of(
     }
 }
 
-/// [`crate::orthogonal::apply_reflector`] on `isa`: the portable body
-/// compiled with AVX2 (4 f64 columns per instruction), bit for bit the
-/// portable one (each column's chain of rounded products and additions is
-/// unchanged; no FMA). The AVX-512 tier runs it too: the same body compiled
-/// for AVX-512F took 2.7x as long (0.058 against 0.022 s for Kp = 640 on
-/// Zen 5, `cargo bench -p cq4 --bench throughput`), wider panels than
-/// [`crate::orthogonal::LW`] did not beat AVX2. An unsupported tier runs
-/// the portable body as built.
+/// Apply the Householder reflector `(j, v, beta)` to columns `q0..W` of a
+/// row-major `Kp x W` column panel of the orthogonal rotation's
+/// left-looking QR (`crate::orthogonal`): `s_q = sum_{i=j..Kp} v_{i-j} *
+/// P[i][q]` (sequential in `i`), `t_q = beta * s_q`, `P[i][q] = P[i][q] -
+/// v_{i-j} * t_q`, on `isa`. Every column is its own sequence of roundings
+/// (a product rounded, then added; no FMA: Rust never contracts), so the
+/// x86 tiers compile [`portable_apply_reflector`] for wider registers
+/// (more columns per instruction) and get the same bits. The AVX-512 tier
+/// runs the AVX2 build: the body compiled for AVX-512F took 2.7x as long
+/// (0.058 against 0.022 s for Kp = 640 on Zen 5, `cargo bench -p cq4
+/// --bench throughput`; docs/BENCHMARKS.md, session 28). An unsupported
+/// tier runs the portable body as built.
 #[inline]
-pub(crate) fn apply_reflector(
+pub(crate) fn apply_reflector<const W: usize>(
     isa: EncodeIsa,
-    panel: &mut [crate::orthogonal::PanelRow],
+    panel: &mut [[f64; W]],
     j: usize,
     q0: usize,
     v: &[f64],
@@ -528,7 +532,50 @@ pub(crate) fn apply_reflector(
         EncodeIsa::Avx2 | EncodeIsa::Avx512 if isa.supported() => {
             avx2::apply_reflector(panel, j, q0, v, beta)
         }
-        _ => crate::orthogonal::apply_reflector(panel, j, q0, v, beta),
+        _ => portable_apply_reflector(panel, j, q0, v, beta),
+    }
+}
+
+/// The body of [`apply_reflector`], compiled once per tier.
+#[inline(always)]
+pub(crate) fn portable_apply_reflector<const W: usize>(
+    panel: &mut [[f64; W]],
+    j: usize,
+    q0: usize,
+    v: &[f64],
+    beta: f64,
+) {
+    let rows = &mut panel[j..];
+    let mut s = [0.0f64; W];
+    let mut t = [0.0f64; W];
+    if q0 == 0 {
+        for (row, &vi) in rows.iter().zip(v) {
+            for q in 0..W {
+                s[q] += vi * row[q];
+            }
+        }
+        for q in 0..W {
+            t[q] = beta * s[q];
+        }
+        for (row, &vi) in rows.iter_mut().zip(v) {
+            for q in 0..W {
+                row[q] -= vi * t[q];
+            }
+        }
+    } else {
+        for (row, &vi) in rows.iter().zip(v) {
+            for q in q0..W {
+                s[q] += vi * row[q];
+            }
+        }
+        for q in q0..W {
+            t[q] = beta * s[q];
+        }
+        for (row, &vi) in rows.iter_mut().zip(v) {
+            for q in q0..W {
+                row[q] -= vi * t[q];
+            }
+        }
     }
 }
 
