@@ -736,8 +736,10 @@ fn main() {
     println!("ISA: {isa}; available: {:?}", kernels::available());
     #[cfg(target_arch = "x86_64")]
     println!(
-        "R8 prefetch: {:?} (KERNELS_R8_PREFETCH=l1|l2 overrides)",
-        kernels::x86::r8_prefetch()
+        "R8 prefetch: {:?} (KERNELS_R8_PREFETCH=l1|l2 overrides); plain rows: {:?} \
+         (KERNELS_ROW_PREFETCH=linear|rows overrides)",
+        kernels::x86::r8_prefetch(),
+        kernels::x86::row_prefetch()
     );
     let per_thread = |v: &mut dyn Iterator<Item = f64>| -> String {
         v.map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(" / ")

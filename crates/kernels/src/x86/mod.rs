@@ -207,6 +207,49 @@ pub fn r8_prefetch() -> R8Prefetch {
     })
 }
 
+/// How a group kernel over plain (row-major) rows prefetches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowPrefetch {
+    /// Each of the 8 rows' current block, [`crate::operands::PREFETCH_BYTES`]
+    /// ahead: eight streams per thread, a row apart.
+    Rows,
+    /// For Q4_0, Q4_1, Q8_0 and IQ4_NL ([`linear_prefetch_block`]), the
+    /// next group's bytes in memory order,
+    /// one step's worth (8 blocks) per step: the rows of a group are
+    /// contiguous, so the reads ahead form one stream per thread. AMD Zen 5
+    /// (EPYC, family 0x1A model 2), DRAM in its slow regime (~45 GB/s read
+    /// at 2 threads), in turn against [`Rows`](Self::Rows): cold 2-thread
+    /// Q8_0 +10 - 15 % (38 - 42 -> 44 - 46 GB/s, at the read rate), Q4_1
+    /// +8 %, Q4_0 +7 %, hot unchanged; Q4_K -5 % and Q6_K unchanged, so the
+    /// larger blocks keep [`Rows`](Self::Rows) (docs/BENCHMARKS.md, session
+    /// 28).
+    Linear,
+}
+
+/// Plain rows' prefetch on this CPU: [`RowPrefetch::Linear`] where it
+/// measured faster (Zen 5), [`RowPrefetch::Rows`] elsewhere;
+/// `KERNELS_ROW_PREFETCH=linear` or `=rows` overrides it (any other value
+/// is ignored). Probed once.
+pub fn row_prefetch() -> RowPrefetch {
+    static P: std::sync::OnceLock<RowPrefetch> = std::sync::OnceLock::new();
+    *P.get_or_init(|| match std::env::var("KERNELS_ROW_PREFETCH").as_deref() {
+        Ok("linear") => RowPrefetch::Linear,
+        Ok("rows") => RowPrefetch::Rows,
+        _ => match cpu_model() {
+            (v, 0x1A, 2) if &v == b"AuthenticAMD" => RowPrefetch::Linear,
+            _ => RowPrefetch::Rows,
+        },
+    })
+}
+
+/// Whether plain rows of `b`-byte blocks take [`RowPrefetch::Linear`]:
+/// Q4_0 and IQ4_NL (18), Q4_1 (20), Q8_0 (34). Q4_0, Q4_1 and Q8_0 were
+/// measured; IQ4_NL shares Q4_0's block shape. Q5_0 / Q5_1 (22, 24) were
+/// not measured and keep [`RowPrefetch::Rows`].
+const fn linear_prefetch_block(b: usize) -> bool {
+    matches!(b, 18 | 20 | 34)
+}
+
 /// How a group kernel finds the current block of each of its 8 row slots
 /// (one implementation per addressing pattern, so the common patterns get
 /// code without per-slot pointer arrays).
@@ -255,6 +298,11 @@ pub(crate) struct Uniform<const B: usize, const PACKED: bool> {
     l1: bool,
     /// Past a stream's end, the next group.
     look: crate::operands::Lookahead,
+    /// Plain rows with [`RowPrefetch::Linear`]: the next group's first
+    /// byte (the group's 8 rows are contiguous), and bytes of it
+    /// prefetched so far.
+    linear: Option<*const u8>,
+    lin: usize,
 }
 
 impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
@@ -291,6 +339,13 @@ impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
                 * r8.map_or(1, R8Prefetch::times),
             l1: r8 == Some(R8Prefetch::L1Far),
             look: crate::operands::Lookahead::new(o, st, g.nblocks()),
+            // Contiguous rows only (the last group repeats its last row).
+            linear: (!PACKED
+                && linear_prefetch_block(B)
+                && o[4] == o[0] + 4 * d
+                && row_prefetch() == RowPrefetch::Linear)
+                .then(|| base.wrapping_add(o[0] + 8 * d)),
+            lin: 0,
         })
     }
 }
@@ -306,9 +361,15 @@ impl<const B: usize, const PACKED: bool> Rows for Uniform<B, PACKED> {
         self.half[0] = self.half[0].wrapping_add(self.stride);
         self.half[1] = self.half[1].wrapping_add(self.stride);
         self.look.advance();
+        self.lin += 8 * B;
     }
     #[inline(always)]
     fn prefetch(&self) {
+        if let Some(next) = self.linear {
+            // One step's bytes of the next group, in memory order.
+            lines::<_MM_HINT_T0>(next.wrapping_add(self.lin), 8 * B);
+            return;
+        }
         let ahead = self.look.ahead(self.ahead);
         if PACKED {
             // Each half is 4 adjacent blocks: every line of them, further
