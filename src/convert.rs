@@ -368,30 +368,26 @@ fn importance_estimate(
 /// tensor's encoder, which gives it with the tensor's name.
 fn prepare_bundle(plan: &Plan, portion: &Portion) {
     // Each distinct (bundle, family, width) once, side by side (the
-    // codebooks and the rotation are independent; a cached one returns at
-    // once).
+    // codebooks and the rotation are independent; `prepare` pads the width
+    // and a cached one returns at once).
     let mut wanted: Vec<(&cq4::Bundle, cq4::Family, usize)> = Vec::new();
     for &i in &portion.jobs {
         let job = &plan.jobs[i];
         if let (Action::Panels { family, bundle }, [_, k]) = (&job.action, &job.tensor.shape[..]) {
-            let key = (
-                *bundle,
-                *family,
-                (*k as usize).next_multiple_of(cq4::GROUP_SIZE),
-            );
+            let (family, k) = (*family, *k as usize);
             if !wanted
                 .iter()
-                .any(|w| std::ptr::eq(w.0, key.0) && w.1 == key.1 && w.2 == key.2)
+                .any(|&(b, f, w)| std::ptr::eq(b, *bundle) && (f, w) == (family, k))
             {
-                wanted.push(key);
+                wanted.push((bundle, family, k));
             }
         }
     }
     wanted
         .par_iter()
         .with_max_len(1)
-        .for_each(|&(bundle, family, kp)| {
-            let _ = bundle.prepare(family, kp);
+        .for_each(|&(bundle, family, k)| {
+            let _ = bundle.prepare(family, k);
         });
 }
 

@@ -89,8 +89,15 @@ fn main() {
     bundle.codebook(128).expect("codebook");
     println!("codebook d=128: {:.3} s", t.elapsed().as_secs_f64());
     // The orthogonal rotation's QR (part of an orthogonal encoder's
-    // setup), best of 3.
-    for kp in [640usize, 2048] {
+    // setup), best of 3: the case `rotation-qr`.
+    let wanted =
+        |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()));
+    let qr_widths: &[usize] = if wanted("rotation-qr") {
+        &[640, 2048]
+    } else {
+        &[]
+    };
+    for &kp in qr_widths {
         let best = (0..3)
             .map(|_| {
                 let t = Instant::now();
@@ -117,9 +124,7 @@ fn main() {
                 "orthogonal"
             }
         );
-        if (big && quick)
-            || (!filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())))
-        {
+        if (big && quick) || !wanted(&name) {
             continue;
         }
         run(&bundle, family, n, k);

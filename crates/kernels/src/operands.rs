@@ -218,6 +218,12 @@ impl Lookahead {
         }
     }
 
+    /// Bytes of each stream walked so far.
+    #[inline(always)]
+    pub(crate) fn walked(&self) -> usize {
+        self.pos
+    }
+
     /// One block further down the streams.
     #[inline(always)]
     pub(crate) fn advance(&mut self) {

@@ -536,9 +536,27 @@ pub(crate) fn apply_reflector<const W: usize>(
     }
 }
 
-/// The body of [`apply_reflector`], compiled once per tier.
+/// The body of [`apply_reflector`], compiled once per tier. `q0 = 0` (every
+/// reflector but the panel's own) gets a copy with constant bounds, which
+/// the compiler vectorizes over the whole panel width.
 #[inline(always)]
 pub(crate) fn portable_apply_reflector<const W: usize>(
+    panel: &mut [[f64; W]],
+    j: usize,
+    q0: usize,
+    v: &[f64],
+    beta: f64,
+) {
+    if q0 == 0 {
+        reflect_columns(panel, j, 0, v, beta)
+    } else {
+        reflect_columns(panel, j, q0, v, beta)
+    }
+}
+
+/// [`portable_apply_reflector`] on columns `q0..W`.
+#[inline(always)]
+fn reflect_columns<const W: usize>(
     panel: &mut [[f64; W]],
     j: usize,
     q0: usize,
@@ -548,33 +566,17 @@ pub(crate) fn portable_apply_reflector<const W: usize>(
     let rows = &mut panel[j..];
     let mut s = [0.0f64; W];
     let mut t = [0.0f64; W];
-    if q0 == 0 {
-        for (row, &vi) in rows.iter().zip(v) {
-            for q in 0..W {
-                s[q] += vi * row[q];
-            }
-        }
-        for q in 0..W {
-            t[q] = beta * s[q];
-        }
-        for (row, &vi) in rows.iter_mut().zip(v) {
-            for q in 0..W {
-                row[q] -= vi * t[q];
-            }
-        }
-    } else {
-        for (row, &vi) in rows.iter().zip(v) {
-            for q in q0..W {
-                s[q] += vi * row[q];
-            }
-        }
+    for (row, &vi) in rows.iter().zip(v) {
         for q in q0..W {
-            t[q] = beta * s[q];
+            s[q] += vi * row[q];
         }
-        for (row, &vi) in rows.iter_mut().zip(v) {
-            for q in q0..W {
-                row[q] -= vi * t[q];
-            }
+    }
+    for q in q0..W {
+        t[q] = beta * s[q];
+    }
+    for (row, &vi) in rows.iter_mut().zip(v) {
+        for q in q0..W {
+            row[q] -= vi * t[q];
         }
     }
 }

@@ -214,15 +214,15 @@ pub enum RowPrefetch {
     /// ahead: eight streams per thread, a row apart.
     Rows,
     /// For Q4_0, Q4_1, Q8_0 and IQ4_NL ([`linear_prefetch_block`]), the
-    /// next group's bytes in memory order,
-    /// one step's worth (8 blocks) per step: the rows of a group are
-    /// contiguous, so the reads ahead form one stream per thread. AMD Zen 5
-    /// (EPYC, family 0x1A model 2), DRAM in its slow regime (~45 GB/s read
-    /// at 2 threads), in turn against [`Rows`](Self::Rows): cold 2-thread
-    /// Q8_0 +10 - 15 % (38 - 42 -> 44 - 46 GB/s, at the read rate), Q4_1
-    /// +8 %, Q4_0 +7 %, hot unchanged; Q4_K -5 % and Q6_K unchanged, so the
-    /// larger blocks keep [`Rows`](Self::Rows) (docs/BENCHMARKS.md, session
-    /// 28).
+    /// next group's bytes in memory order, one step's worth (8 blocks) per
+    /// step: the rows of a group are contiguous, so the reads ahead form
+    /// one stream per thread. AMD Zen 5 (EPYC, family 0x1A model 2), DRAM
+    /// in its slow regime (~45 GB/s read at 2 threads), in turn against
+    /// [`Rows`](Self::Rows): cold at 2 threads Q8_0 38.5 - 39.5 -> 44.4 -
+    /// 49.5 GB/s (the read rate), Q4_0 and Q4_1 +12 - 15 %; hot +9 - 17 %.
+    /// An experiment build giving it to every type: Q4_K -5 %, Q6_K level,
+    /// so the larger blocks keep [`Rows`](Self::Rows) (docs/BENCHMARKS.md,
+    /// session 28).
     Linear,
 }
 
@@ -299,10 +299,8 @@ pub(crate) struct Uniform<const B: usize, const PACKED: bool> {
     /// Past a stream's end, the next group.
     look: crate::operands::Lookahead,
     /// Plain rows with [`RowPrefetch::Linear`]: the next group's first
-    /// byte (the group's 8 rows are contiguous), and bytes of it
-    /// prefetched so far.
+    /// byte (the group's 8 rows are contiguous).
     linear: Option<*const u8>,
-    lin: usize,
 }
 
 impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
@@ -345,7 +343,6 @@ impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
                 && o[4] == o[0] + 4 * d
                 && row_prefetch() == RowPrefetch::Linear)
                 .then(|| base.wrapping_add(o[0] + 8 * d)),
-            lin: 0,
         })
     }
 }
@@ -361,13 +358,13 @@ impl<const B: usize, const PACKED: bool> Rows for Uniform<B, PACKED> {
         self.half[0] = self.half[0].wrapping_add(self.stride);
         self.half[1] = self.half[1].wrapping_add(self.stride);
         self.look.advance();
-        self.lin += 8 * B;
     }
     #[inline(always)]
     fn prefetch(&self) {
         if let Some(next) = self.linear {
-            // One step's bytes of the next group, in memory order.
-            lines::<_MM_HINT_T0>(next.wrapping_add(self.lin), 8 * B);
+            // One step's bytes of the next group, in memory order: as far
+            // into it as the 8 rows have walked into theirs (stride B each).
+            lines::<_MM_HINT_T0>(next.wrapping_add(8 * self.look.walked()), 8 * B);
             return;
         }
         let ahead = self.look.ahead(self.ahead);
