@@ -736,7 +736,7 @@ fn main() {
     println!("ISA: {isa}; available: {:?}", kernels::available());
     #[cfg(target_arch = "x86_64")]
     println!(
-        "R8 prefetch: {:?} (KERNELS_R8_PREFETCH=l1|l2 overrides); plain rows: {:?} \
+        "R8 prefetch: {:?} (KERNELS_R8_PREFETCH=l1|l2 overrides); plain rows and R4: {:?} \
          (KERNELS_ROW_PREFETCH=linear|rows overrides)",
         kernels::x86::r8_prefetch(),
         kernels::x86::row_prefetch()

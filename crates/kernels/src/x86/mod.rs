@@ -207,22 +207,25 @@ pub fn r8_prefetch() -> R8Prefetch {
     })
 }
 
-/// How a group kernel over plain (row-major) rows prefetches.
+/// How a group kernel over plain (row-major) rows, or over R4's two
+/// units, prefetches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RowPrefetch {
     /// Each of the 8 rows' current block, [`crate::operands::PREFETCH_BYTES`]
     /// ahead: eight streams per thread, a row apart.
     Rows,
-    /// For Q4_0, Q4_1, Q8_0 and IQ4_NL ([`linear_prefetch_block`]), the
-    /// next group's bytes in memory order, one step's worth (8 blocks) per
-    /// step: the rows of a group are contiguous, so the reads ahead form
-    /// one stream per thread. AMD Zen 5 (EPYC, family 0x1A model 2), DRAM
-    /// in its slow regime (~45 GB/s read at 2 threads), in turn against
+    /// For the groups [`linear_prefetch`] names, the next group's bytes
+    /// in memory order, one step's worth (8 blocks) per step: the rows of
+    /// a plain group, and R4's two units, are contiguous, so the reads
+    /// ahead form one stream per thread. AMD Zen 5 (EPYC, family 0x1A
+    /// model 2), DRAM in its slow regime (~45 GB/s read at 2 threads), in turn against
     /// [`Rows`](Self::Rows): cold at 2 threads Q8_0 38.5 - 39.5 -> 44.4 -
     /// 49.5 GB/s (the read rate), Q4_0 and Q4_1 +12 - 15 %; hot +9 - 17 %.
     /// An experiment build giving it to every type: Q4_K -5 %, Q6_K level,
-    /// so the larger blocks keep [`Rows`](Self::Rows) (docs/BENCHMARKS.md,
-    /// session 28).
+    /// so the larger blocks kept [`Rows`](Self::Rows) (docs/BENCHMARKS.md,
+    /// session 28). Session 29 limited Q4_K to groups of at most
+    /// [`LINEAR_GROUP_MAX`] and gave R4 the same rule (docs/BENCHMARKS.md,
+    /// session 29).
     Linear,
 }
 
@@ -242,12 +245,23 @@ pub fn row_prefetch() -> RowPrefetch {
     })
 }
 
-/// Whether plain rows of `b`-byte blocks take [`RowPrefetch::Linear`]:
-/// Q4_0 and IQ4_NL (18), Q4_1 (20), Q8_0 (34). Q4_0, Q4_1 and Q8_0 were
-/// measured; IQ4_NL shares Q4_0's block shape. Q5_0 / Q5_1 (22, 24) were
-/// not measured and keep [`RowPrefetch::Rows`].
-const fn linear_prefetch_block(b: usize) -> bool {
-    matches!(b, 18 | 20 | 34)
+/// The largest group (8 rows' bytes) of Q4_K blocks that takes
+/// [`RowPrefetch::Linear`]: one group ahead in L1 beside the current one.
+/// At 2048 columns (a group of 9 KB) Q4_K gained 7 - 8 % cold in slow
+/// periods, plain rows and R4 alike, hot level; at 8192 (37 KB) it lost
+/// (docs/BENCHMARKS.md, session 29).
+pub const LINEAR_GROUP_MAX: usize = 32 * 1024;
+
+/// Whether a contiguous group (plain rows, or R4's two units) of `b`-byte
+/// blocks, `group` bytes in all, takes [`RowPrefetch::Linear`]: Q4_0 and
+/// IQ4_NL (18), Q4_1 (20) and Q8_0 (34) at every size, Q4_K (144) up to
+/// [`LINEAR_GROUP_MAX`]. Q4_0, Q4_1, Q8_0 and Q4_K were measured, IQ4_NL
+/// shares Q4_0's block shape. Q6_K (210) keeps [`RowPrefetch::Rows`]:
+/// plain rows lost 3 - 12 % cold at 2048 columns, R4 was level there and
+/// lost 10 % cold and 15 % hot at 8192. Q5_0 / Q5_1 (22, 24) were not
+/// measured and keep it too.
+const fn linear_prefetch(b: usize, group: usize) -> bool {
+    matches!(b, 18 | 20 | 34) || (b == 144 && group <= LINEAR_GROUP_MAX)
 }
 
 /// How a group kernel finds the current block of each of its 8 row slots
@@ -298,9 +312,10 @@ pub(crate) struct Uniform<const B: usize, const PACKED: bool> {
     l1: bool,
     /// Past a stream's end, the next group.
     look: crate::operands::Lookahead,
-    /// Plain rows with [`RowPrefetch::Linear`]: the next group's first
-    /// byte (the group's 8 rows are contiguous).
-    linear: Option<*const u8>,
+    /// Plain rows and R4 with [`RowPrefetch::Linear`]: the next group's
+    /// first byte (the group's 8 rows are contiguous), and the bytes of
+    /// it to walk per byte of one stream (8 for plain rows, 2 for R4).
+    linear: Option<(*const u8, usize)>,
 }
 
 impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
@@ -323,6 +338,15 @@ impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
         }
         let base = g.data().as_ptr();
         let stride = st[0];
+        // The group's 8 rows, in bytes, when they are contiguous: plain
+        // rows one after another, or R4's two units (`o[4] - o[0]` apart).
+        // R8 (`o[4] = o[0] + 4B`) is one stream already.
+        let apart = o[4] - o[0];
+        let contiguous = if PACKED {
+            apart == g.nblocks() * 4 * B && apart != 4 * B
+        } else {
+            apart == 4 * d
+        };
         // Plain rows prefetch into L1 at the plain distance; R4 and R8
         // (both `PACKED`) as `r8_prefetch` says.
         let r8 = PACKED.then(r8_prefetch);
@@ -337,12 +361,12 @@ impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
                 * r8.map_or(1, R8Prefetch::times),
             l1: r8 == Some(R8Prefetch::L1Far),
             look: crate::operands::Lookahead::new(o, st, g.nblocks()),
-            // Contiguous rows only (the last group repeats its last row).
-            linear: (!PACKED
-                && linear_prefetch_block(B)
-                && o[4] == o[0] + 4 * d
+            // Contiguous groups only (the last group of plain rows repeats
+            // its last row).
+            linear: (contiguous
+                && linear_prefetch(B, 2 * apart)
                 && row_prefetch() == RowPrefetch::Linear)
-                .then(|| base.wrapping_add(o[0] + 8 * d)),
+                .then(|| (base.wrapping_add(o[0] + 2 * apart), 8 * B / stride)),
         })
     }
 }
@@ -361,10 +385,10 @@ impl<const B: usize, const PACKED: bool> Rows for Uniform<B, PACKED> {
     }
     #[inline(always)]
     fn prefetch(&self) {
-        if let Some(next) = self.linear {
+        if let Some((next, per)) = self.linear {
             // One step's bytes of the next group, in memory order: as far
-            // into it as the 8 rows have walked into theirs (stride B each).
-            lines::<_MM_HINT_T0>(next.wrapping_add(8 * self.look.walked()), 8 * B);
+            // into it as the group's streams have walked into theirs.
+            lines::<_MM_HINT_T0>(next.wrapping_add(per * self.look.walked()), 8 * B);
             return;
         }
         let ahead = self.look.ahead(self.ahead);
