@@ -229,8 +229,9 @@ pub enum RowPrefetch {
     Linear,
 }
 
-/// Plain rows' prefetch on this CPU: [`RowPrefetch::Linear`] where it
-/// measured faster (Zen 5), [`RowPrefetch::Rows`] elsewhere;
+/// The prefetch of plain rows and of R4 on this CPU:
+/// [`RowPrefetch::Linear`] where it measured faster (Zen 5, for the groups
+/// [`linear_prefetch`] names), [`RowPrefetch::Rows`] elsewhere;
 /// `KERNELS_ROW_PREFETCH=linear` or `=rows` overrides it (any other value
 /// is ignored). Probed once.
 pub fn row_prefetch() -> RowPrefetch {
