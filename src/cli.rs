@@ -261,7 +261,7 @@ fn parse_u64(s: &str) -> Result<u64, String> {
     r.map_err(|e| format!("{s:?} is not a u64 (decimal or 0x hex): {e}"))
 }
 
-/// Parse `I/N` (clap value parser): 0 <= I < N <= [`MAX_SHARDS`].
+/// Parse `I/N` (clap value parser): 0 <= I < N <= [`MAX_SHARDS`](crate::manifest::MAX_SHARDS).
 pub fn parse_spec(s: &str) -> Result<crate::manifest::ShardSpec, String> {
     use crate::manifest::{ShardSpec, MAX_SHARDS};
     let (i, n) = s

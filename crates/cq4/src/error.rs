@@ -39,7 +39,7 @@ pub enum Cq4Error {
     #[error(transparent)]
     Shape(#[from] PanelError),
     /// An orthogonal rotation width that is not a positive multiple of 128
-    /// up to [`orthogonal::MAX_ORTHOGONAL_KP`].
+    /// up to [`MAX_ORTHOGONAL_KP`](crate::orthogonal::MAX_ORTHOGONAL_KP).
     #[error("orthogonal rotation width {kp} must be a positive multiple of 128, at most 16384")]
     BadRotationWidth {
         /// The rejected width.

@@ -124,7 +124,7 @@ pub fn det_sincos_turn(u: f64) -> (f64, f64) {
 
 /// Fill `out` with standard normal samples, in order, by Box–Muller:
 ///
-/// for each pair t (out[2t], out[2t+1]):
+/// for each pair t (`out[2t]`, `out[2t+1]`):
 /// ```text
 /// a = next_u64(); b = next_u64()                 (a drawn first)
 /// u1 = ((a >> 11) + 1) * 2^-53                   in (0, 1]

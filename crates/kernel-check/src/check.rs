@@ -2,7 +2,7 @@
 //!
 //! For a file's matrix `W` and the fixed activations [`activations`]
 //! (seeded Gaussian), every requested tier computes `y = W x`. Each result
-//! is held to the *exact* reference of [`crate::reference`] (the same
+//! is held to the *exact* reference of [`crate::reference`](mod@crate::reference) (the same
 //! quantized activations the kernel uses, weights from an independent
 //! decoder, f64, with a proven bound on the kernel's f32 rounding: a
 //! correct kernel cannot fail it on any data), and, when the scalar tier ran
@@ -362,7 +362,7 @@ fn sidecar_block_offset(
 /// - the container is validated as in [`check_container`];
 /// - **every byte** of the data region is compared with the source: the
 ///   block at each position of the sidecar layout must be the source's
-///   block of that row and column ([`sidecar_block_offset`]), so the file
+///   block of that row and column (`sidecar_block_offset`), so the file
 ///   holds exactly the source's weights (a problem names the first row
 ///   that differs);
 /// - the kernels are run on the [`sample_runs`] rows of each matrix (of

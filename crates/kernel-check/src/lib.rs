@@ -1,7 +1,7 @@
 //! What `convert verify` runs on each file of a bundle, and what the kernel
 //! tests hold every tier to.
 //!
-//! - [`reference`]: the exact f64 reference of a GEMV (the kernel's own
+//! - [`reference`](mod@reference): the exact f64 reference of a GEMV (the kernel's own
 //!   quantized activations, weights from an independent decoder) with a
 //!   rounding bound proven for any data, and the end-to-end value with the
 //!   unquantized activations.

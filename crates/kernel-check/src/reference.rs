@@ -136,7 +136,7 @@ pub fn reference(m: &Matrix<'_>, x: &[f32]) -> Result<Reference, KernelError> {
     reference_with(m, x, true)
 }
 
-/// [`reference`], with the end-to-end sums only if `e2e` (otherwise
+/// [`reference()`](fn@reference), with the end-to-end sums only if `e2e` (otherwise
 /// [`Reference::e2e`] is all NaN: the checks that decide do not use it, and
 /// skipping it saves a third of the ggml reference's arithmetic).
 pub fn reference_with(m: &Matrix<'_>, x: &[f32], e2e: bool) -> Result<Reference, KernelError> {

@@ -47,7 +47,7 @@ pub enum ExportError {
     /// Values of the wrong length, or more tensors than announced.
     #[error("tensor {name}: expected {expected} values, got {got}")]
     Length {
-        /// Tensor name (or "<none>" past the last).
+        /// Tensor name (or `"<none>"` past the last).
         name: String,
         /// Announced.
         expected: u64,

@@ -297,7 +297,7 @@ pub struct Header {
     pub group_size: u32,
     /// Groups / blocks per row, else 0.
     pub num_groups: u32,
-    /// Rows before padding (CQ: N), else dims[0].
+    /// Rows before padding (CQ: N), else `dims[0]`.
     pub original_n: u64,
 }
 

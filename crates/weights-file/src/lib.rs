@@ -1,11 +1,11 @@
 //! The `.weights` container written by `convert` (normative spec:
 //! `docs/FORMAT.md` §container).
 //!
-//! - [`format`]: constants, flag bits, precision codes, the [`Header`] and
+//! - [`format`](mod@format): constants, flag bits, precision codes, the [`Header`] and
 //!   the [`Layout`] of regions it implies.
 //! - [`read`]: a zero-copy [`WeightsFile`] view that validates every field
 //!   against the others and against the file length.
-//! - [`write`]: temporary-name-then-rename output ([`AtomicFile`]) and the
+//! - [`write`](mod@write): temporary-name-then-rename output ([`AtomicFile`]) and the
 //!   byte prefix (header, padding, scales) of a file.
 //! - [`panel`] and [`interleave`]: pure index math of the CQ4 packed-panel
 //!   layout and of the ggml row interleave; [`panel_view`]: the one

@@ -1,16 +1,16 @@
 //! The quantizer's hot loops, one implementation per ISA tier, selected at
 //! run time: the orthogonal family's f32 filter tile and the Hadamard
-//! family's batch quantizer ([`crate::hadamard_quant`], exact arithmetic,
+//! family's batch quantizer (`hadamard_quant`, exact arithmetic,
 //! the same values on every tier).
 //!
 //! The tile computes, for `MR` rows of `uf` (rounded to f32) and the `NR`
 //! columns of one packed panel of R, estimates of `rot_j = sum_k uf_k R[k][j]`:
-//! products and sums in f32 within blocks of [`KB`] consecutive `k`, block
+//! products and sums in f32 within blocks of `KB` (64) consecutive `k`, block
 //! sums added in f64. The estimate only *filters* (docs/FORMAT.md §CQ4.11):
 //! an index is read from it only when no threshold lies within the proven
 //! bound `E` of it, otherwise the exact f64 sum decides, so the bytes do not
 //! depend on the tier. What the tiers share, and what `E` is derived for:
-//! every f32 block sum has exactly [`KB`] terms, each accumulated with one
+//! every f32 block sum has exactly `KB` terms, each accumulated with one
 //! f32 rounding per product and per addition (scalar) or one per fused
 //! multiply-add (AVX2+FMA, AVX-512F+VL, NEON), in any order; each block sum is
 //! converted to f64 exactly and the `Kp / KB` block sums are added in f64.

@@ -966,7 +966,7 @@ forward_pair!(
 );
 
 /// The biased codebook `cb_i8 ^ 0x80 = cb + 128` (u8) in every 128-bit
-/// lane: the `pshufb` table of [`cq4_kg_weights`].
+/// lane: the `pshufb` table of `cq4_kg_weights`.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) fn cq4_biased_table(lut: &CbLut) -> __m512i {
@@ -983,7 +983,7 @@ pub(super) fn cq4_biased_table(lut: &CbLut) -> __m512i {
 /// 4 weights per i32 lane: vectors `2h`, `2h + 1` hold the unpacked low /
 /// high halves of the 64 bytes at `blk + 64 h`, i.e. channels `{0-3, 8-11,
 /// 16-19, 24-27}` / `{4-7, 12-15, ..}` of those 32 (put back in order by
-/// [`cq4_group_terms`]).
+/// `cq4_group_terms`).
 ///
 /// # Safety
 /// The `avx512` tier's features; `blk..blk + 128` readable.
@@ -1004,7 +1004,7 @@ pub(super) unsafe fn cq4_kg_weights(blk: *const u8, table: __m512i) -> [__m512i;
 }
 
 /// A group's contribution per 16 channels, in channel order, from its
-/// `vpdpbusd` sums `acc` (lane order of [`cq4_kg_weights`]) and the
+/// `vpdpbusd` sums `acc` (lane order of `cq4_kg_weights`) and the
 /// activation row's group `qsum` and `scale`: `(f32(acc - 128 qsum) *
 /// scale) * folded` (the scalar kernel's f32 order; the caller adds it).
 ///
@@ -1043,9 +1043,9 @@ pub(super) unsafe fn cq4_group_terms(
 /// CQ4 super-block kernel (64 channels), `vpdpbusd` on 512-bit vectors.
 ///
 /// Per kg-block: the 128 bytes looked up in the biased codebook
-/// ([`cq4_kg_weights`]) and `vpdpbusd` against the 4 activations, which
+/// (`cq4_kg_weights`) and `vpdpbusd` against the 4 activations, which
 /// accumulates `sum (cb + 128) q = isum + 128 * qsum[g]`; per group
-/// [`cq4_group_terms`] removes the bias, restores the channel order and
+/// `cq4_group_terms` removes the bias, restores the channel order and
 /// scales.
 ///
 /// # Safety

@@ -7,11 +7,11 @@
 //! order.
 //!
 //! Per kg-block (64 channels x 4 columns, 128 bytes): the weights are
-//! decoded by the GEMV's own [`cq4_kg_weights`] (biased codebook `cb +
+//! decoded by the GEMV's own `cq4_kg_weights` (biased codebook `cb +
 //! 128`, one channel's 4 weights per i32 lane); then for each row the 4 activations of the
 //! kg-block are broadcast (a load) and four `vpdpbusd` add
 //! `sum (cb + 128) q` into the row's 4 accumulators (64 channels). After the
-//! group, the GEMV's [`cq4_group_terms`] subtracts `128 * qsum` (the bias
+//! group, the GEMV's `cq4_group_terms` subtracts `128 * qsum` (the bias
 //! of the unsigned operand), puts the lanes back in channel order and
 //! scales: `out += (f32(isum) * scale) * folded`. Per row that is 1 load and 4
 //! `vpdpbusd` per 256 weights, where the GEMV also spends 14 operations on

@@ -211,10 +211,10 @@ pub fn r8_prefetch() -> R8Prefetch {
 /// units, prefetches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RowPrefetch {
-    /// Each of the 8 rows' current block, [`crate::operands::PREFETCH_BYTES`]
+    /// Each of the 8 rows' current block, `operands::PREFETCH_BYTES`
     /// ahead: eight streams per thread, a row apart.
     Rows,
-    /// For the groups [`linear_prefetch`] names, the next group's bytes
+    /// For the groups `linear_prefetch` names, the next group's bytes
     /// in memory order, one step's worth (8 blocks) per step: the rows of
     /// a plain group, and R4's two units, are contiguous, so the reads
     /// ahead form one stream per thread. AMD Zen 5 (EPYC, family 0x1A
@@ -231,7 +231,7 @@ pub enum RowPrefetch {
 
 /// The prefetch of plain rows and of R4 on this CPU:
 /// [`RowPrefetch::Linear`] where it measured faster (Zen 5, for the groups
-/// [`linear_prefetch`] names), [`RowPrefetch::Rows`] elsewhere;
+/// `linear_prefetch` names), [`RowPrefetch::Rows`] elsewhere;
 /// `KERNELS_ROW_PREFETCH=linear` or `=rows` overrides it (any other value
 /// is ignored). Probed once.
 pub fn row_prefetch() -> RowPrefetch {
