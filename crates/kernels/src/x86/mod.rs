@@ -314,9 +314,8 @@ pub(crate) struct Uniform<const B: usize, const PACKED: bool> {
     /// Past a stream's end, the next group.
     look: crate::operands::Lookahead,
     /// Plain rows and R4 with [`RowPrefetch::Linear`]: the next group's
-    /// first byte (the group's 8 rows are contiguous), and the bytes of
-    /// it to walk per byte of one stream (8 for plain rows, 2 for R4).
-    linear: Option<(*const u8, usize)>,
+    /// first byte (the group's 8 rows are contiguous).
+    linear: Option<*const u8>,
 }
 
 impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
@@ -367,7 +366,7 @@ impl<const B: usize, const PACKED: bool> Uniform<B, PACKED> {
             linear: (contiguous
                 && linear_prefetch(B, 2 * apart)
                 && row_prefetch() == RowPrefetch::Linear)
-                .then(|| (base.wrapping_add(o[0] + 2 * apart), 8 * B / stride)),
+                .then(|| base.wrapping_add(o[0] + 2 * apart)),
         })
     }
 }
@@ -386,10 +385,12 @@ impl<const B: usize, const PACKED: bool> Rows for Uniform<B, PACKED> {
     }
     #[inline(always)]
     fn prefetch(&self) {
-        if let Some((next, per)) = self.linear {
+        if let Some(next) = self.linear {
             // One step's bytes of the next group, in memory order: as far
-            // into it as the group's streams have walked into theirs.
-            lines::<_MM_HINT_T0>(next.wrapping_add(per * self.look.walked()), 8 * B);
+            // into it as the group's streams have walked into theirs (8
+            // rows of plain rows, R4's 2 units).
+            let streams = if PACKED { 2 } else { 8 };
+            lines::<_MM_HINT_T0>(next.wrapping_add(streams * self.look.walked()), 8 * B);
             return;
         }
         let ahead = self.look.ahead(self.ahead);
