@@ -15,7 +15,7 @@ use core::arch::x86_64::*;
 use super::{
     add_scaled, add_scaled_mins, fp16x8_rows, fp16x8x2_rows, i8x8, iq4_levels, iq4_table,
     iq4_xs_scales_at, k4_scale_bytes, load128, load256, q4_1_contrib, q4_values, q5_0_values,
-    q5_1_values, read_u32, reduce8, with_rows, Rows,
+    q5_1_values, read_u16, read_u32, reduce8, with_rows, Rows,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
 use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0};
@@ -609,7 +609,10 @@ forward_pair!(
 /// holds weights `128h .. 128h + 64` (low nibbles of `ql[64h..64h + 64]`)
 /// and another `128h + 64 .. 128h + 128` (high nibbles); the 2 high bits come
 /// from `qh[32h..32h + 32]` with a per-half variable shift; each 128-bit lane
-/// (16 weights) has its own scale (see `q6_k_body` for the sums).
+/// (16 weights) has its own scale (see `q6_k_block` for the sums). Plain
+/// groups of contiguous rows are walked a row at a time where
+/// [`super::RowPrefetch::Linear`] is on (`walk_rows`), any other group's 8
+/// slots in lockstep.
 ///
 /// # Safety
 /// The CPU must support AVX2, F16C, AVX-512 F/BW/VL and VNNI.
@@ -617,6 +620,10 @@ forward_pair!(
 pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let act = &act[..g.nblocks()];
+    if let Some(p) = super::walk_rows(g, q6_k::BYTES) {
+        // SAFETY: the RowGroup invariant covers the 8 contiguous rows.
+        return unsafe { q6_k_rows_walk(p, act, out) };
+    }
     // SAFETY: the RowGroup invariant covers every block of every slot.
     with_rows!(g, q6_k::BYTES, |s| unsafe { q6_k_rows(s, act, out) })
 }
@@ -632,6 +639,10 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
 pub unsafe fn q6_k_group_gfni(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let act = &act[..g.nblocks()];
+    if let Some(p) = super::walk_rows(g, q6_k::BYTES) {
+        // SAFETY: the RowGroup invariant covers the 8 contiguous rows.
+        return unsafe { q6_k_rows_gfni_walk(p, act, out) };
+    }
     // SAFETY: the RowGroup invariant covers every block of every slot.
     with_rows!(g, q6_k::BYTES, |s| unsafe { q6_k_rows_gfni(s, act, out) })
 }
@@ -665,41 +676,16 @@ const fn bit_matrix(map: &[(u32, u32)]) -> i64 {
 macro_rules! q6_k_body {
     ($s:ident, $act:ident, $out:ident, $unpack:expr) => {{
         let mut acc = _mm256_setzero_ps();
-        // Scale index of i16 lane k of 128-bit lane L of half h: sub-block
-        // 8h + L of v12 for k < 4, 8h + 4 + L of v34 for k >= 4.
-        let sidx: [__m512i; 2] = core::array::from_fn(|h| {
-            let lane = |l: i16| {
-                let b = 8 * h as i16 + l;
-                _mm_setr_epi16(b, b, b, b, b + 4, b + 4, b + 4, b + 4)
-            };
-            join(
-                _mm256_set_m128i(lane(1), lane(0)),
-                _mm256_set_m128i(lane(3), lane(2)),
-            )
-        });
+        let sidx = q6_k_scale_index();
         for a in $act {
             // SAFETY: activation arrays are 256 / 32 bytes; the current
-            // 210-byte block of every slot is in bounds (RowGroup invariant):
-            // ql 128 bytes at 0, qh 64 at 128, scales 16 at 192.
+            // 210-byte block of every slot is in bounds (RowGroup invariant).
             let (sv, d) = unsafe {
                 let av = act512(a);
                 let bsums = load256(a.bsums.as_ptr().cast());
                 let mut sv = [_mm256_setzero_si256(); 8];
-                for (r, svr) in sv.iter_mut().enumerate() {
-                    let p = $s.at(r);
-                    let sc_all = _mm256_cvtepi8_epi16(load128(p.add(q6_k::SCALES)));
-                    let scz = _mm512_castsi256_si512(sc_all);
-                    let mut t = _mm512_setzero_si512();
-                    for h in 0..2 {
-                        let z = load512(p.add(q6_k::QL + 64 * h));
-                        let qh = _mm512_broadcast_i64x4(load256(p.add(q6_k::QH + 32 * h)));
-                        let (v12, v34) = $unpack(z, qh);
-                        let sc = _mm512_permutexvar_epi16(sidx[h], scz);
-                        t = dot_pair_scaled(t, [v12, v34], [av[2 * h], av[2 * h + 1]], sc);
-                    }
-                    // sum sc_j (v - 32) a = sum sc_j v a - 32 sum sc_j bsum_j.
-                    let bias = _mm256_madd_epi16(sc_all, bsums);
-                    *svr = _mm256_sub_epi32(fold(t), _mm256_slli_epi32::<5>(bias));
+                for (r, v) in sv.iter_mut().enumerate() {
+                    *v = q6_k_block($s.at(r), &av, bsums, &sidx, &$unpack);
                 }
                 (reduce8(&sv), fp16x8_rows(&$s, q6_k::D))
             };
@@ -710,6 +696,211 @@ macro_rules! q6_k_body {
         // SAFETY: `out` is 8 f32.
         unsafe { _mm256_storeu_ps($out.as_mut_ptr(), acc) };
     }};
+}
+
+/// The i16 lane -> scale index vectors of the two halves of a Q6_K block:
+/// i16 lane `k` of 128-bit lane `L` of half `h` takes sub-block `8h + L`
+/// (the sums of `v12`, `k < 4`) or `8h + 4 + L` (`v34`, `k >= 4`).
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn q6_k_scale_index() -> [__m512i; 2] {
+    core::array::from_fn(|h| {
+        let lane = |l: i16| {
+            let b = 8 * h as i16 + l;
+            _mm_setr_epi16(b, b, b, b, b + 4, b + 4, b + 4, b + 4)
+        };
+        join(
+            _mm256_set_m128i(lane(1), lane(0)),
+            _mm256_set_m128i(lane(3), lane(2)),
+        )
+    })
+}
+
+/// One Q6_K block's sum against its activations `av` / `bsums`, as 8 i32
+/// partial sums (their total is the block's integer sum). Per half `h`:
+/// `vpdpbusd` of each vector of values against its 64 activations (4
+/// products per i32 lane, at most `4 * 63 * 128 = 32256` in magnitude:
+/// exact as i16), the two packed to i16 (`vpackssdw`: per 128-bit lane
+/// the 4 sums of `v12`, then the 4 of `v34`) and multiplied by their i16
+/// scales (spread with one `vpermw`) in one `vpdpwssd`; then
+/// `sum sc_j (v - 32) a = sum sc_j v a - 32 sum sc_j bsum_j`. The
+/// integers are those of the scalar kernel: every product and sum is exact.
+///
+/// # Safety
+/// `p..p + 210` (one Q6_K block) must be readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6_k_block<U: Fn(__m512i, __m512i) -> (__m512i, __m512i)>(
+    p: *const u8,
+    av: &[__m512i; 4],
+    bsums: __m256i,
+    sidx: &[__m512i; 2],
+    unpack: &U,
+) -> __m256i {
+    // SAFETY: ql 128 bytes at 0, qh 64 at 128, scales 16 at 192: inside
+    // the block the caller vouches for.
+    unsafe {
+        let sc_all = _mm256_cvtepi8_epi16(load128(p.add(q6_k::SCALES)));
+        let scz = _mm512_castsi256_si512(sc_all);
+        let mut t = _mm512_setzero_si512();
+        for h in 0..2 {
+            let z = load512(p.add(q6_k::QL + 64 * h));
+            let qh = _mm512_broadcast_i64x4(load256(p.add(q6_k::QH + 32 * h)));
+            let (v12, v34) = unpack(z, qh);
+            let sc = _mm512_permutexvar_epi16(sidx[h], scz);
+            t = dot_pair_scaled(t, [v12, v34], [av[2 * h], av[2 * h + 1]], sc);
+        }
+        let bias = _mm256_madd_epi16(sc_all, bsums);
+        _mm256_sub_epi32(fold(t), _mm256_slli_epi32::<5>(bias))
+    }
+}
+
+/// One row of Q6_K blocks at `p` against `act`, walked in memory order:
+/// eight blocks at a time (their integer sums side by side), then their
+/// terms `f32(s) * (d * da)` added to the row's sum one after the other,
+/// in block order, as the scalar kernel adds them: the same bits. The
+/// reads ahead are one stream (`ahead` bytes down the row and on into the
+/// next rows, which the caller's rows are).
+///
+/// # Safety
+/// `p .. p + 210 * act.len()` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6_k_walk_row<U: Fn(__m512i, __m512i) -> (__m512i, __m512i)>(
+    p: *const u8,
+    act: &[BlockQ8K],
+    sidx: &[__m512i; 2],
+    unpack: &U,
+) -> f32 {
+    const B: usize = q6_k::BYTES;
+    let mut acc = 0f32;
+    let mut chunks = act.chunks_exact(8);
+    let mut p = p;
+    for a8 in chunks.by_ref() {
+        super::lines::<_MM_HINT_T0>(p.wrapping_add(super::WALK_AHEAD), 8 * B);
+        // SAFETY: blocks `p .. p + 8B` are in the row (caller).
+        let (s, d) = unsafe {
+            let mut sv = [_mm256_setzero_si256(); 8];
+            for (i, (v, a)) in sv.iter_mut().zip(a8).enumerate() {
+                let av = act512(a);
+                let bsums = load256(a.bsums.as_ptr().cast());
+                *v = q6_k_block(p.add(i * B), &av, bsums, sidx, unpack);
+            }
+            let h = |i: usize| read_u16(p.add(i * B + q6_k::D)) as i16;
+            let d = _mm256_cvtph_ps(_mm_setr_epi16(
+                h(0),
+                h(1),
+                h(2),
+                h(3),
+                h(4),
+                h(5),
+                h(6),
+                h(7),
+            ));
+            (reduce8(&sv), d)
+        };
+        let da = _mm256_setr_ps(
+            a8[0].d, a8[1].d, a8[2].d, a8[3].d, a8[4].d, a8[5].d, a8[6].d, a8[7].d,
+        );
+        let c = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, da));
+        let mut t = [0f32; 8];
+        // SAFETY: `t` is 8 f32.
+        unsafe { _mm256_storeu_ps(t.as_mut_ptr(), c) };
+        for x in t {
+            acc += x;
+        }
+        p = p.wrapping_add(8 * B);
+    }
+    for a in chunks.remainder() {
+        // SAFETY: the block at `p` is in the row (caller).
+        let (s, d) = unsafe {
+            let av = act512(a);
+            let bsums = load256(a.bsums.as_ptr().cast());
+            let v = q6_k_block(p, &av, bsums, sidx, unpack);
+            let v = _mm256_hadd_epi32(v, v);
+            let v = _mm256_hadd_epi32(v, v);
+            let s = _mm256_extract_epi32::<0>(v) + _mm256_extract_epi32::<4>(v);
+            let d = _mm_cvtss_f32(_mm_cvtph_ps(
+                _mm_set1_epi16(read_u16(p.add(q6_k::D)) as i16),
+            ));
+            (s, d)
+        };
+        acc += s as f32 * (d * a.d);
+        p = p.wrapping_add(B);
+    }
+    acc
+}
+
+/// The shift-and-mask unpack of [`q6_k_rows`] (a closure over its constants).
+macro_rules! q6_k_unpack_shift {
+    () => {{
+        let m4 = _mm512_set1_epi8(0x0F);
+        let m30 = _mm512_set1_epi8(0x30);
+        let shl = join(_mm256_set1_epi16(4), _mm256_set1_epi16(2));
+        let shr = join(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
+        move |z: __m512i, qh: __m512i| {
+            let v12 = _mm512_or_si512(
+                _mm512_and_si512(z, m4),
+                _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30),
+            );
+            let v34 = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16::<4>(z), m4),
+                _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30),
+            );
+            (v12, v34)
+        }
+    }};
+}
+
+/// The GFNI unpack of [`q6_k_rows_gfni`] (a closure over its constants).
+macro_rules! q6_k_unpack_gfni {
+    () => {{
+        let m4 = _mm512_set1_epi8(0x0F);
+        let halves = |lo: i64, hi: i64| join(_mm256_set1_epi64x(lo), _mm256_set1_epi64x(hi));
+        let a = halves(bit_matrix(&[(4, 0), (5, 1)]), bit_matrix(&[(4, 2), (5, 3)]));
+        let b = halves(bit_matrix(&[(4, 4), (5, 5)]), bit_matrix(&[(4, 6), (5, 7)]));
+        let c = _mm512_set1_epi64(bit_matrix(&[(0, 4), (1, 5), (2, 6), (3, 7)]));
+        move |z: __m512i, qh: __m512i| {
+            // 0xCA: bitwise select, m4 ? z : A(qh).
+            let v12 =
+                _mm512_ternarylogic_epi32::<0xCA>(m4, z, _mm512_gf2p8affine_epi64_epi8::<0>(qh, a));
+            let v34 = _mm512_or_si512(
+                _mm512_gf2p8affine_epi64_epi8::<0>(z, c),
+                _mm512_gf2p8affine_epi64_epi8::<0>(qh, b),
+            );
+            (v12, v34)
+        }
+    }};
+}
+
+/// [`q6_k_rows`] for 8 contiguous plain rows at `p`, walked one row at a time.
+///
+/// # Safety
+/// The AVX-512 VNNI tier's features; `p .. p + 8 * 210 * act.len()` readable.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6_k_rows_walk(p: *const u8, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    let unpack = q6_k_unpack_shift!();
+    let sidx = q6_k_scale_index();
+    let row = q6_k::BYTES * act.len();
+    for (r, o) in out.iter_mut().enumerate() {
+        // SAFETY: row `r` is inside the caller's span.
+        *o = unsafe { q6_k_walk_row(p.wrapping_add(r * row), act, &sidx, &unpack) };
+    }
+}
+
+/// [`q6_k_rows_gfni`] for 8 contiguous plain rows at `p`, walked one row at a time.
+///
+/// # Safety
+/// The AVX-512 VNNI tier's features and GFNI; `p .. p + 8 * 210 * act.len()` readable.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni")]
+unsafe fn q6_k_rows_gfni_walk(p: *const u8, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    let unpack = q6_k_unpack_gfni!();
+    let sidx = q6_k_scale_index();
+    let row = q6_k::BYTES * act.len();
+    for (r, o) in out.iter_mut().enumerate() {
+        // SAFETY: row `r` is inside the caller's span.
+        *o = unsafe { q6_k_walk_row(p.wrapping_add(r * row), act, &sidx, &unpack) };
+    }
 }
 
 /// [`q6_k_group`]'s body over any [`Rows`]: the values by shifts and masks.
@@ -724,21 +915,7 @@ macro_rules! q6_k_body {
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn q6_k_rows<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    let m4 = _mm512_set1_epi8(0x0F);
-    let m30 = _mm512_set1_epi8(0x30);
-    let shl = join(_mm256_set1_epi16(4), _mm256_set1_epi16(2));
-    let shr = join(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
-    let unpack = |z: __m512i, qh: __m512i| {
-        let v12 = _mm512_or_si512(
-            _mm512_and_si512(z, m4),
-            _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30),
-        );
-        let v34 = _mm512_or_si512(
-            _mm512_and_si512(_mm512_srli_epi16::<4>(z), m4),
-            _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30),
-        );
-        (v12, v34)
-    };
+    let unpack = q6_k_unpack_shift!();
     q6_k_body!(s, act, out, unpack)
 }
 
@@ -755,21 +932,7 @@ unsafe fn q6_k_rows<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni")]
 unsafe fn q6_k_rows_gfni<R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
-    let m4 = _mm512_set1_epi8(0x0F);
-    let halves = |lo: i64, hi: i64| join(_mm256_set1_epi64x(lo), _mm256_set1_epi64x(hi));
-    let a = halves(bit_matrix(&[(4, 0), (5, 1)]), bit_matrix(&[(4, 2), (5, 3)]));
-    let b = halves(bit_matrix(&[(4, 4), (5, 5)]), bit_matrix(&[(4, 6), (5, 7)]));
-    let c = _mm512_set1_epi64(bit_matrix(&[(0, 4), (1, 5), (2, 6), (3, 7)]));
-    let unpack = |z: __m512i, qh: __m512i| {
-        // 0xCA: bitwise select, m4 ? z : A(qh).
-        let v12 =
-            _mm512_ternarylogic_epi32::<0xCA>(m4, z, _mm512_gf2p8affine_epi64_epi8::<0>(qh, a));
-        let v34 = _mm512_or_si512(
-            _mm512_gf2p8affine_epi64_epi8::<0>(z, c),
-            _mm512_gf2p8affine_epi64_epi8::<0>(qh, b),
-        );
-        (v12, v34)
-    };
+    let unpack = q6_k_unpack_gfni!();
     q6_k_body!(s, act, out, unpack)
 }
 

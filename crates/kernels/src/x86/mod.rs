@@ -225,7 +225,8 @@ pub enum RowPrefetch {
     /// so the larger blocks kept [`Rows`](Self::Rows) (docs/BENCHMARKS.md,
     /// session 28). Session 29 limited Q4_K to groups of at most
     /// [`LINEAR_GROUP_MAX`] and gave R4 the same rule (docs/BENCHMARKS.md,
-    /// session 29).
+    /// session 29). Plain Q6_K groups are walked a row at a time instead
+    /// ([`walk_rows`], session 30).
     Linear,
 }
 
@@ -263,6 +264,40 @@ pub const LINEAR_GROUP_MAX: usize = 32 * 1024;
 /// measured and keep it too.
 const fn linear_prefetch(b: usize, group: usize) -> bool {
     matches!(b, 18 | 20 | 34) || (b == 144 && group <= LINEAR_GROUP_MAX)
+}
+
+/// How far ahead of a row walk ([`walk_rows`]) its kernel prefetches, in
+/// bytes of the one stream it reads. 2 and 4 KiB measured alike hot; 4 KiB
+/// was ahead cold in fast DRAM periods (docs/BENCHMARKS.md, session 30).
+pub(crate) const WALK_AHEAD: usize = 4096;
+
+/// The first byte of group `g` (blocks of `b` bytes) when its kernel walks
+/// it **a row at a time** instead of its 8 rows in lockstep: a plain group
+/// whose rows are contiguous (every group but a matrix's last), of a
+/// format `walks` names, with [`RowPrefetch::Linear`] on. The rows are then
+/// read in memory order, one stream per thread; each row's terms are
+/// still added in block order, so the sums are the lockstep kernel's bit
+/// for bit.
+#[inline(always)]
+pub(crate) fn walk_rows(g: &crate::operands::RowGroup<'_>, b: usize) -> Option<*const u8> {
+    let (o, st) = (g.offsets(), g.strides());
+    let row = g.nblocks() * b;
+    (walks(b)
+        && g.block_bytes() == b
+        && row > 0
+        && st.iter().all(|&x| x == b)
+        && (0..8).all(|r| o[r] == o[0] + r * row)
+        && row_prefetch() == RowPrefetch::Linear)
+        .then(|| g.data().as_ptr().wrapping_add(o[0]))
+}
+
+/// The formats whose plain groups [`walk_rows`] walks: Q6_K (210-byte
+/// blocks), whose AVX-512 kernel has a row walk. Zen 5, 2 threads, in turn
+/// against the lockstep kernel: cold +30 % in slow DRAM periods (37 -> 48 -
+/// 51 GB/s, 98 - 112 % of the read probe), +10 % at one thread, hot level
+/// (docs/BENCHMARKS.md, session 30).
+const fn walks(b: usize) -> bool {
+    b == 210
 }
 
 /// How a group kernel finds the current block of each of its 8 row slots
