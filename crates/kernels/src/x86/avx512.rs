@@ -611,7 +611,7 @@ forward_pair!(
 /// from `qh[32h..32h + 32]` with a per-half variable shift; each 128-bit lane
 /// (16 weights) has its own scale (see `q6_k_block` for the sums). Plain
 /// groups of contiguous rows are walked a row at a time where
-/// [`super::RowPrefetch::Linear`] is on (`walk_rows`), any other group's 8
+/// [`super::RowPrefetch::Linear`] is on (`walk`), any other group's 8
 /// slots in lockstep.
 ///
 /// # Safety
@@ -620,9 +620,9 @@ forward_pair!(
 pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let act = &act[..g.nblocks()];
-    if let Some(p) = super::walk_rows(g, q6_k::BYTES) {
-        // SAFETY: the RowGroup invariant covers the 8 contiguous rows.
-        return unsafe { q6_k_rows_walk(p, act, out) };
+    if let Some(w) = super::walk(g, q6_k::BYTES) {
+        // SAFETY: the RowGroup invariant covers the group's bytes.
+        return unsafe { q6_k_rows_walk(w, act, out) };
     }
     // SAFETY: the RowGroup invariant covers every block of every slot.
     with_rows!(g, q6_k::BYTES, |s| unsafe { q6_k_rows(s, act, out) })
@@ -639,9 +639,9 @@ pub unsafe fn q6_k_group(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8])
 pub unsafe fn q6_k_group_gfni(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let act = &act[..g.nblocks()];
-    if let Some(p) = super::walk_rows(g, q6_k::BYTES) {
-        // SAFETY: the RowGroup invariant covers the 8 contiguous rows.
-        return unsafe { q6_k_rows_gfni_walk(p, act, out) };
+    if let Some(w) = super::walk(g, q6_k::BYTES) {
+        // SAFETY: the RowGroup invariant covers the group's bytes.
+        return unsafe { q6_k_rows_gfni_walk(w, act, out) };
     }
     // SAFETY: the RowGroup invariant covers every block of every slot.
     with_rows!(g, q6_k::BYTES, |s| unsafe { q6_k_rows_gfni(s, act, out) })
@@ -831,6 +831,116 @@ unsafe fn q6_k_walk_row<U: Fn(__m512i, __m512i) -> (__m512i, __m512i)>(
     acc
 }
 
+/// A walked group ([`super::Walk`]): plain rows one after another
+/// ([`q6_k_walk_row`]), or R4's two units one after the other
+/// ([`q6_k_walk_unit`]).
+///
+/// # Safety
+/// The group's bytes (8 rows or 2 units of `act.len()` blocks) readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6_k_walk<U: Fn(__m512i, __m512i) -> (__m512i, __m512i)>(
+    w: super::Walk,
+    act: &[BlockQ8K],
+    sidx: &[__m512i; 2],
+    unpack: &U,
+    out: &mut [f32; 8],
+) {
+    let span = q6_k::BYTES * act.len();
+    match w {
+        super::Walk::Rows(p) => {
+            for (r, o) in out.iter_mut().enumerate() {
+                // SAFETY: row `r` is inside the caller's span.
+                *o = unsafe { q6_k_walk_row(p.wrapping_add(r * span), act, sidx, unpack) };
+            }
+        }
+        super::Walk::Units(p) => {
+            for (u, o) in out.chunks_exact_mut(4).enumerate() {
+                // SAFETY: unit `u` (4 rows) is inside the caller's span.
+                let v = unsafe { q6_k_walk_unit(p.wrapping_add(u * 4 * span), act, sidx, unpack) };
+                // SAFETY: `o` is 4 f32.
+                unsafe { _mm_storeu_ps(o.as_mut_ptr(), v) };
+            }
+        }
+    }
+}
+
+/// One R4 unit (4 rows, block `b` of rows 0..4 at `p + (4b + r) * 210`)
+/// against `act`, walked in memory order: two blocks of the 4 rows at a
+/// time (8 integer sums side by side, each against its own activation
+/// block), then the 4 rows' terms of the first block added, then those of
+/// the second: each row's sum in block order, as the scalar kernel adds.
+///
+/// # Safety
+/// `p .. p + 4 * 210 * act.len()` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6_k_walk_unit<U: Fn(__m512i, __m512i) -> (__m512i, __m512i)>(
+    p: *const u8,
+    act: &[BlockQ8K],
+    sidx: &[__m512i; 2],
+    unpack: &U,
+) -> __m128 {
+    const B: usize = q6_k::BYTES;
+    let mut acc = _mm_setzero_ps();
+    let mut pairs = act.chunks_exact(2);
+    let mut p = p;
+    let fp16 = |q: *const u8| {
+        // SAFETY: `q` is a block's `d` (caller).
+        unsafe { read_u16(q.add(q6_k::D)) as i16 }
+    };
+    for a2 in pairs.by_ref() {
+        super::lines::<_MM_HINT_T0>(p.wrapping_add(super::WALK_AHEAD), 8 * B);
+        // SAFETY: the 8 blocks at `p` are in the unit (caller).
+        let (s, d) = unsafe {
+            let av = [act512(&a2[0]), act512(&a2[1])];
+            let bs = [
+                load256(a2[0].bsums.as_ptr().cast()),
+                load256(a2[1].bsums.as_ptr().cast()),
+            ];
+            let mut sv = [_mm256_setzero_si256(); 8];
+            for (i, v) in sv.iter_mut().enumerate() {
+                *v = q6_k_block(p.add(i * B), &av[i / 4], bs[i / 4], sidx, unpack);
+            }
+            let h = |i: usize| fp16(p.wrapping_add(i * B));
+            let d = _mm256_cvtph_ps(_mm_setr_epi16(
+                h(0),
+                h(1),
+                h(2),
+                h(3),
+                h(4),
+                h(5),
+                h(6),
+                h(7),
+            ));
+            (reduce8(&sv), d)
+        };
+        let (d0, d1) = (a2[0].d, a2[1].d);
+        let da = _mm256_setr_ps(d0, d0, d0, d0, d1, d1, d1, d1);
+        let c = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, da));
+        acc = _mm_add_ps(acc, _mm256_castps256_ps128(c));
+        acc = _mm_add_ps(acc, _mm256_extractf128_ps::<1>(c));
+        p = p.wrapping_add(8 * B);
+    }
+    if let [a] = pairs.remainder() {
+        // SAFETY: the last 4 blocks at `p` are in the unit (caller).
+        let (s, d) = unsafe {
+            let av = act512(a);
+            let bs = load256(a.bsums.as_ptr().cast());
+            let mut sv = [_mm256_setzero_si256(); 8];
+            for (i, v) in sv.iter_mut().take(4).enumerate() {
+                *v = q6_k_block(p.add(i * B), &av, bs, sidx, unpack);
+            }
+            let h = |i: usize| fp16(p.wrapping_add(i * B));
+            let d = _mm_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), 0, 0, 0, 0));
+            (_mm256_castsi256_si128(reduce8(&sv)), d)
+        };
+        let c = _mm_mul_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(d, _mm_set1_ps(a.d)));
+        acc = _mm_add_ps(acc, c);
+    }
+    acc
+}
+
 /// The shift-and-mask unpack of [`q6_k_rows`] (a closure over its constants).
 macro_rules! q6_k_unpack_shift {
     () => {{
@@ -873,34 +983,28 @@ macro_rules! q6_k_unpack_gfni {
     }};
 }
 
-/// [`q6_k_rows`] for 8 contiguous plain rows at `p`, walked one row at a time.
+/// [`q6_k_rows`] for a group that `walk` names.
 ///
 /// # Safety
-/// The AVX-512 VNNI tier's features; `p .. p + 8 * 210 * act.len()` readable.
+/// The AVX-512 VNNI tier's features; the group's bytes readable.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q6_k_rows_walk(p: *const u8, act: &[BlockQ8K], out: &mut [f32; 8]) {
+unsafe fn q6_k_rows_walk(w: super::Walk, act: &[BlockQ8K], out: &mut [f32; 8]) {
     let unpack = q6_k_unpack_shift!();
     let sidx = q6_k_scale_index();
-    let row = q6_k::BYTES * act.len();
-    for (r, o) in out.iter_mut().enumerate() {
-        // SAFETY: row `r` is inside the caller's span.
-        *o = unsafe { q6_k_walk_row(p.wrapping_add(r * row), act, &sidx, &unpack) };
-    }
+    // SAFETY: `w`'s rows or units are inside the caller's span.
+    unsafe { q6_k_walk(w, act, &sidx, &unpack, out) }
 }
 
-/// [`q6_k_rows_gfni`] for 8 contiguous plain rows at `p`, walked one row at a time.
+/// [`q6_k_rows_gfni`] for a group that `walk` names.
 ///
 /// # Safety
-/// The AVX-512 VNNI tier's features and GFNI; `p .. p + 8 * 210 * act.len()` readable.
+/// The AVX-512 VNNI tier's features and GFNI; the group's bytes readable.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni")]
-unsafe fn q6_k_rows_gfni_walk(p: *const u8, act: &[BlockQ8K], out: &mut [f32; 8]) {
+unsafe fn q6_k_rows_gfni_walk(w: super::Walk, act: &[BlockQ8K], out: &mut [f32; 8]) {
     let unpack = q6_k_unpack_gfni!();
     let sidx = q6_k_scale_index();
-    let row = q6_k::BYTES * act.len();
-    for (r, o) in out.iter_mut().enumerate() {
-        // SAFETY: row `r` is inside the caller's span.
-        *o = unsafe { q6_k_walk_row(p.wrapping_add(r * row), act, &sidx, &unpack) };
-    }
+    // SAFETY: `w`'s rows or units are inside the caller's span.
+    unsafe { q6_k_walk(w, act, &sidx, &unpack, out) }
 }
 
 /// [`q6_k_group`]'s body over any [`Rows`]: the values by shifts and masks.

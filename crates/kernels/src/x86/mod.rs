@@ -225,8 +225,9 @@ pub enum RowPrefetch {
     /// so the larger blocks kept [`Rows`](Self::Rows) (docs/BENCHMARKS.md,
     /// session 28). Session 29 limited Q4_K to groups of at most
     /// [`LINEAR_GROUP_MAX`] and gave R4 the same rule (docs/BENCHMARKS.md,
-    /// session 29). Plain Q6_K groups are walked a row at a time instead
-    /// ([`walk_rows`], session 30).
+    /// session 29). Q6_K's plain and R4 groups are instead walked in memory
+    /// order, a row or an R4 unit at a time (`walk`; docs/BENCHMARKS.md,
+    /// session 30).
     Linear,
 }
 
@@ -266,33 +267,48 @@ const fn linear_prefetch(b: usize, group: usize) -> bool {
     matches!(b, 18 | 20 | 34) || (b == 144 && group <= LINEAR_GROUP_MAX)
 }
 
-/// How far ahead of a row walk ([`walk_rows`]) its kernel prefetches, in
+/// How far ahead of a walk ([`walk`]) its kernel prefetches, in
 /// bytes of the one stream it reads. 2 and 4 KiB measured alike hot; 4 KiB
 /// was ahead cold in fast DRAM periods (docs/BENCHMARKS.md, session 30).
 pub(crate) const WALK_AHEAD: usize = 4096;
 
-/// The first byte of group `g` (blocks of `b` bytes) when its kernel walks
-/// it **a row at a time** instead of its 8 rows in lockstep: a plain group
-/// whose rows are contiguous (every group but a matrix's last), of a
-/// format `walks` names, with [`RowPrefetch::Linear`] on. The rows are then
-/// read in memory order, one stream per thread; each row's terms are
+/// A group its kernel walks in memory order instead of reading its 8 slots
+/// in lockstep ([`walk`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Walk {
+    /// 8 contiguous plain rows from this byte, walked a row at a time.
+    Rows(*const u8),
+    /// R4's two contiguous units (4 rows each, blocks interleaved) from this
+    /// byte, walked a unit at a time.
+    Units(*const u8),
+}
+
+/// How group `g` (blocks of `b` bytes) is walked, when its kernel walks it
+/// **in memory order** instead of its 8 slots in lockstep: a plain group
+/// whose rows are contiguous (every group but a matrix's last) a row at a
+/// time, an R4 group (its two units contiguous) a unit at a time; only for
+/// a format `walks` names and with [`RowPrefetch::Linear`] on. The bytes
+/// are then read in order, one stream per thread; each row's terms are
 /// still added in block order, so the sums are the lockstep kernel's bit
 /// for bit.
 #[inline(always)]
-pub(crate) fn walk_rows(g: &crate::operands::RowGroup<'_>, b: usize) -> Option<*const u8> {
+pub(crate) fn walk(g: &crate::operands::RowGroup<'_>, b: usize) -> Option<Walk> {
     let (o, st) = (g.offsets(), g.strides());
-    let row = g.nblocks() * b;
-    (walks(b)
-        && g.block_bytes() == b
-        && row > 0
-        && st.iter().all(|&x| x == b)
-        && (0..8).all(|r| o[r] == o[0] + r * row)
-        && row_prefetch() == RowPrefetch::Linear)
-        .then(|| g.data().as_ptr().wrapping_add(o[0]))
+    let span = g.nblocks() * b;
+    if !walks(b) || g.block_bytes() != b || span == 0 || row_prefetch() != RowPrefetch::Linear {
+        return None;
+    }
+    let base = g.data().as_ptr().wrapping_add(o[0]);
+    if st.iter().all(|&x| x == b) && (0..8).all(|r| o[r] == o[0] + r * span) {
+        return Some(Walk::Rows(base));
+    }
+    let r4 = st.iter().all(|&x| x == 4 * b)
+        && (0..8).all(|r| o[r] == o[0] + (r / 4) * 4 * span + (r % 4) * b);
+    r4.then_some(Walk::Units(base))
 }
 
-/// The formats whose plain groups [`walk_rows`] walks: Q6_K (210-byte
-/// blocks), whose AVX-512 kernel has a row walk. Zen 5, 2 threads, in turn
+/// The formats whose groups [`walk`] walks: Q6_K (210-byte blocks), whose
+/// AVX-512 kernel has the walks. Zen 5, 2 threads, in turn
 /// against the lockstep kernel: cold +30 % in slow DRAM periods (37 -> 48 -
 /// 51 GB/s, 98 - 112 % of the read probe), +10 % at one thread, hot level
 /// (docs/BENCHMARKS.md, session 30).
