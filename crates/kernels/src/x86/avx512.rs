@@ -451,100 +451,19 @@ unsafe fn load512(p: *const u8) -> __m512i {
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn k4_rows<const Q5: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut [f32; 8]) {
     let mut acc = _mm256_setzero_ps();
-    let pairs = [(0, 2), (1, 3), (4, 6), (5, 7)];
-    // i16 lane k of 128-bit lane L of the packed sums of vectors (2e, 2e + 1):
-    // sub-block 4e (L < 2) / 4e + 2 (L >= 2) for k < 4 (vector 2e), one more
-    // for k >= 4 (vector 2e + 1): the pshufb masks of those scales.
-    let smask = [0usize, 4].map(|b| {
-        let m = |j: usize| {
-            let (x, y) = ((2 * j) as i8, (2 * j + 2) as i8);
-            _mm_setr_epi8(
-                x,
-                x + 1,
-                x,
-                x + 1,
-                x,
-                x + 1,
-                x,
-                x + 1,
-                y,
-                y + 1,
-                y,
-                y + 1,
-                y,
-                y + 1,
-                y,
-                y + 1,
-            )
-        };
-        join(
-            _mm256_set_m128i(m(b), m(b)),
-            _mm256_set_m128i(m(b + 2), m(b + 2)),
-        )
-    });
-    let hmask = pairs.map(|(a, b)| {
-        join(
-            _mm256_set1_epi8(1 << a),
-            _mm256_set1_epi8((1i32 << b) as i8),
-        )
-    });
-    let m4 = _mm512_set1_epi8(0x0F);
-    let b16 = _mm512_set1_epi8(0x10);
-    let qs_off = if Q5 { q5_k::QS } else { q4_k::QS };
+    let k = K4Consts::new();
     for a in act {
-        // SAFETY: `a.qs` is 256 bytes and `a.bsums` 32 bytes; the current
-        // block of every slot is in bounds (RowGroup invariant): qs is 128
-        // bytes at `qs_off`, qh 32 bytes at 16 (Q5_K).
+        // SAFETY: `a`'s arrays are in bounds; the current block of every
+        // slot is in bounds (RowGroup invariant).
         let (sv, mv, d, dmin) = unsafe {
-            let q = a.qs.as_ptr().cast::<u8>();
-            let av = [
-                join(load256(q), load256(q.add(64))),
-                join(load256(q.add(32)), load256(q.add(96))),
-                join(load256(q.add(128)), load256(q.add(192))),
-                join(load256(q.add(160)), load256(q.add(224))),
-            ];
-            // The 8 sums of 32 activations (pairs of bsums; |x| <= 4064,
-            // exact in i16), in each 128-bit lane.
-            let bsums = load256(a.bsums.as_ptr().cast());
-            let b32 = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
-            let b4 = _mm512_broadcast_i32x4(_mm_packs_epi32(
-                _mm256_castsi256_si128(b32),
-                _mm256_extracti128_si256::<1>(b32),
-            ));
+            let (av, b4) = k4_act(a);
             let mut sv = [_mm512_setzero_si512(); 8];
             let mut scm = [_mm_setzero_si128(); 8];
             for r in 0..8 {
-                let p = s.at(r);
-                // [sc0..8 | m0..8] as bytes.
-                scm[r] = k4_scale_bytes(p);
-                let sc4 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scm[r]));
-                let z0 = load512(p.add(qs_off));
-                let z1 = load512(p.add(qs_off + 64));
-                let mut v = [
-                    _mm512_and_si512(z0, m4),
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(z0), m4),
-                    _mm512_and_si512(z1, m4),
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(z1), m4),
-                ];
-                if Q5 {
-                    let qh2 = _mm512_broadcast_i64x4(load256(p.add(q5_k::QH)));
-                    for (vi, hm) in v.iter_mut().zip(&hmask) {
-                        let k = _mm512_test_epi8_mask(qh2, *hm);
-                        *vi = _mm512_or_si512(*vi, _mm512_maskz_mov_epi8(k, b16));
-                    }
-                }
-                // Per pair of vectors (dot_pair_scaled): at most
-                // 4 * 31 * 128 = 15872 per i32 lane, exact as i16.
-                let mut t = _mm512_setzero_si512();
-                for e in 0..2 {
-                    let sc = _mm512_shuffle_epi8(sc4, smask[e]);
-                    let (vv, aa) = ([v[2 * e], v[2 * e + 1]], [av[2 * e], av[2 * e + 1]]);
-                    t = dot_pair_scaled(t, vv, aa, sc);
-                }
-                sv[r] = t;
+                (sv[r], scm[r]) = k4_block::<Q5>(s.at(r), &av, &k);
             }
             let (d, dmin) = fp16x8x2_rows(&s, q4_k::D);
-            (reduce8x16(&sv), k4_mins8(&scm, b4), d, dmin)
+            (reduce8x16(&sv), k4_mins8(&scm, b4, b4), d, dmin)
         };
         acc = add_scaled_mins(acc, sv, mv, d, dmin, a.d);
         s.prefetch();
@@ -554,21 +473,221 @@ unsafe fn k4_rows<const Q5: bool, R: Rows>(mut s: R, act: &[BlockQ8K], out: &mut
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
 }
 
+/// The constants of [`k4_block`]: the scale shuffles and Q5_K's bit masks.
+struct K4Consts {
+    /// i16 lane k of 128-bit lane L of the packed sums of vectors (2e, 2e +
+    /// 1): sub-block 4e (L < 2) / 4e + 2 (L >= 2) for k < 4 (vector 2e), one
+    /// more for k >= 4 (vector 2e + 1): the pshufb masks of those scales.
+    smask: [__m512i; 2],
+    /// Q5_K: the fifth bit of each vector's values in `qh`.
+    hmask: [__m512i; 4],
+    m4: __m512i,
+    b16: __m512i,
+}
+
+impl K4Consts {
+    #[inline]
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    fn new() -> K4Consts {
+        let pairs = [(0, 2), (1, 3), (4, 6), (5, 7)];
+        let smask = [0usize, 4].map(|b| {
+            let m = |j: usize| {
+                let (x, y) = ((2 * j) as i8, (2 * j + 2) as i8);
+                _mm_setr_epi8(
+                    x,
+                    x + 1,
+                    x,
+                    x + 1,
+                    x,
+                    x + 1,
+                    x,
+                    x + 1,
+                    y,
+                    y + 1,
+                    y,
+                    y + 1,
+                    y,
+                    y + 1,
+                    y,
+                    y + 1,
+                )
+            };
+            join(
+                _mm256_set_m128i(m(b), m(b)),
+                _mm256_set_m128i(m(b + 2), m(b + 2)),
+            )
+        });
+        let hmask = pairs.map(|(a, b)| {
+            join(
+                _mm256_set1_epi8(1 << a),
+                _mm256_set1_epi8((1i32 << b) as i8),
+            )
+        });
+        K4Consts {
+            smask,
+            hmask,
+            m4: _mm512_set1_epi8(0x0F),
+            b16: _mm512_set1_epi8(0x10),
+        }
+    }
+}
+
+/// A Q8_K block's activations gathered for [`k4_block`] (vector `i` =
+/// activations of sub-blocks `4e + h` and `4e + 2 + h`, `e = i / 2`, `h = i
+/// % 2`), and its 8 sums of 32 activations as i16 in every 128-bit lane
+/// (pairs of bsums; |x| <= 4064, exact in i16).
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn k4_act(a: &BlockQ8K) -> ([__m512i; 4], __m512i) {
+    let q = a.qs.as_ptr().cast::<u8>();
+    // SAFETY: `a.qs` is 256 bytes and `a.bsums` 32 bytes.
+    unsafe {
+        let av = [
+            join(load256(q), load256(q.add(64))),
+            join(load256(q.add(32)), load256(q.add(96))),
+            join(load256(q.add(128)), load256(q.add(192))),
+            join(load256(q.add(160)), load256(q.add(224))),
+        ];
+        let bsums = load256(a.bsums.as_ptr().cast());
+        let b32 = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
+        let b4 = _mm512_broadcast_i32x4(_mm_packs_epi32(
+            _mm256_castsi256_si128(b32),
+            _mm256_extracti128_si256::<1>(b32),
+        ));
+        (av, b4)
+    }
+}
+
+/// One Q4_K / Q5_K block at `p` against activations `av` ([`k4_act`]): the
+/// scaled sums as 16 i32 partials (their total is the block's `sum sc_j
+/// dot_j`), and the block's scale bytes `[sc0..8 | m0..8]` (for
+/// [`k4_mins8`]).
+///
+/// # Safety
+/// The block (`q4_k::BYTES` / `q5_k::BYTES` at `p`) must be readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k4_block<const Q5: bool>(
+    p: *const u8,
+    av: &[__m512i; 4],
+    k: &K4Consts,
+) -> (__m512i, __m128i) {
+    let qs_off = if Q5 { q5_k::QS } else { q4_k::QS };
+    // SAFETY: qs is 128 bytes at `qs_off`, qh 32 bytes at 16 (Q5_K), the
+    // header 16 bytes at 0: inside the block the caller vouches for.
+    unsafe {
+        let scm = k4_scale_bytes(p);
+        let sc4 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scm));
+        let z0 = load512(p.add(qs_off));
+        let z1 = load512(p.add(qs_off + 64));
+        let mut v = [
+            _mm512_and_si512(z0, k.m4),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(z0), k.m4),
+            _mm512_and_si512(z1, k.m4),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(z1), k.m4),
+        ];
+        if Q5 {
+            let qh2 = _mm512_broadcast_i64x4(load256(p.add(q5_k::QH)));
+            for (vi, hm) in v.iter_mut().zip(&k.hmask) {
+                let m = _mm512_test_epi8_mask(qh2, *hm);
+                *vi = _mm512_or_si512(*vi, _mm512_maskz_mov_epi8(m, k.b16));
+            }
+        }
+        // Per pair of vectors (dot_pair_scaled): at most
+        // 4 * 31 * 128 = 15872 per i32 lane, exact as i16.
+        let mut t = _mm512_setzero_si512();
+        for e in 0..2 {
+            let sc = _mm512_shuffle_epi8(sc4, k.smask[e]);
+            let (vv, aa) = ([v[2 * e], v[2 * e + 1]], [av[2 * e], av[2 * e + 1]]);
+            t = dot_pair_scaled(t, vv, aa, sc);
+        }
+        (t, scm)
+    }
+}
+
+/// One R4 unit of Q4_K / Q5_K blocks (4 rows, block `b` of row `r` at
+/// `p + (4b + r) * B`) against `act`, walked in memory order: two blocks
+/// of the 4 rows at a time (8 sums side by side, slots 0 - 3 against the
+/// first activation block, 4 - 7 against the second), then the 4 rows'
+/// terms of the first block added, then those of the second: each row's
+/// sum in block order, as the scalar kernel adds ([`k4_rows`]'s
+/// arithmetic per slot).
+///
+/// # Safety
+/// AVX2, F16C, AVX-512 F/BW/VL, VNNI; `p .. p + 4 * B * act.len()` readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k4_walk_unit<const Q5: bool>(p: *const u8, act: &[BlockQ8K]) -> __m128 {
+    let b = if Q5 { q5_k::BYTES } else { q4_k::BYTES };
+    let k = K4Consts::new();
+    let mut acc = _mm_setzero_ps();
+    let mut p = p;
+    let mut pairs = act.chunks_exact(2);
+    for a2 in pairs.by_ref() {
+        super::lines::<_MM_HINT_T0>(p.wrapping_add(super::WALK_AHEAD), 8 * b);
+        let (av0, b40) = k4_act(&a2[0]);
+        let (av1, b41) = k4_act(&a2[1]);
+        let mut sv = [_mm512_setzero_si512(); 8];
+        let mut scm = [_mm_setzero_si128(); 8];
+        let mut pp = [p; 8];
+        for i in 0..8 {
+            pp[i] = p.wrapping_add(i * b);
+            let av = if i < 4 { &av0 } else { &av1 };
+            // SAFETY: slot `i`'s block is in the unit (caller).
+            (sv[i], scm[i]) = unsafe { k4_block::<Q5>(pp[i], av, &k) };
+        }
+        // SAFETY: the 8 blocks' headers (caller).
+        let (d, dmin) = unsafe { fp16x8x2_rows(&super::Ptrs(pp), q4_k::D) };
+        let (sv, mv) = (reduce8x16(&sv), k4_mins8(&scm, b40, b41));
+        let (d0, d1) = (a2[0].d, a2[1].d);
+        let da = _mm256_setr_ps(d0, d0, d0, d0, d1, d1, d1, d1);
+        let c = _mm256_sub_ps(
+            _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da)),
+            _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
+        );
+        acc = _mm_add_ps(acc, _mm256_castps256_ps128(c));
+        acc = _mm_add_ps(acc, _mm256_extractf128_ps::<1>(c));
+        p = p.wrapping_add(8 * b);
+    }
+    if let [a] = pairs.remainder() {
+        let (av, b4) = k4_act(a);
+        let mut sv = [_mm512_setzero_si512(); 8];
+        let mut scm = [_mm_setzero_si128(); 8];
+        let mut pp = [p; 8];
+        for i in 0..4 {
+            pp[i] = p.wrapping_add(i * b);
+            // SAFETY: slot `i`'s block is in the unit (caller).
+            (sv[i], scm[i]) = unsafe { k4_block::<Q5>(pp[i], &av, &k) };
+        }
+        // SAFETY: the 4 blocks' headers; slots 4 - 7 repeat block 0's.
+        let (d, dmin) = unsafe { fp16x8x2_rows(&super::Ptrs(pp), q4_k::D) };
+        let (sv, mv) = (reduce8x16(&sv), k4_mins8(&scm, b4, b4));
+        let da = _mm256_set1_ps(a.d);
+        let c = _mm256_sub_ps(
+            _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da)),
+            _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
+        );
+        acc = _mm_add_ps(acc, _mm256_castps256_ps128(c));
+    }
+    acc
+}
+
 /// `sum_j m_j b_j` of each of 8 rows (lane `r`), from the rows' scale
-/// bytes `scm[r]` = `[sc0..8 | m0..8]` (mins <= 63) and `b4` = the 8 sums
-/// of 32 activations as i16 in every 128-bit lane: the rows' mins as i16,
+/// bytes `scm[r]` = `[sc0..8 | m0..8]` (mins <= 63) and the 8 sums of 32
+/// activations as i16 in every 128-bit lane (`b4_lo` for rows 0 - 3,
+/// `b4_hi` for rows 4 - 7; [`k4_act`]): the rows' mins as i16,
 /// two rows per 256 bits and four per 512, one `vpdpwssd` per four rows
 /// (128-bit lane `L` of the first vector: row `L`, of the second: row
 /// `L + 4`; |sum| <= 8 * 63 * 4064 < 2^22), then each lane's four i32
 /// summed and the 8 totals put in row order.
 #[inline]
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn k4_mins8(scm: &[__m128i; 8], b4: __m512i) -> __m256i {
+fn k4_mins8(scm: &[__m128i; 8], b4_lo: __m512i, b4_hi: __m512i) -> __m256i {
     let m2 = |r: usize| _mm256_cvtepu8_epi16(_mm_unpackhi_epi64(scm[r], scm[r + 1]));
     let lo = join(m2(0), m2(2));
     let hi = join(m2(4), m2(6));
-    let dl = _mm512_dpwssd_epi32(_mm512_setzero_si512(), lo, b4);
-    let dh = _mm512_dpwssd_epi32(_mm512_setzero_si512(), hi, b4);
+    let dl = _mm512_dpwssd_epi32(_mm512_setzero_si512(), lo, b4_lo);
+    let dh = _mm512_dpwssd_epi32(_mm512_setzero_si512(), hi, b4_hi);
     // Lane L: [A0 + A2, B0 + B2, A1 + A3, B1 + B3] (A = row L, B = row L + 4).
     let u = _mm512_add_epi32(_mm512_unpacklo_epi32(dl, dh), _mm512_unpackhi_epi32(dl, dh));
     // Lane L: [A, B, A, B] (the row totals).
@@ -586,6 +705,19 @@ fn k4_mins8(scm: &[__m128i; 8], b4: __m512i) -> __m256i {
 unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut [f32; 8]) {
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let act = &act[..g.nblocks()];
+    let b = if Q5 { q5_k::BYTES } else { q4_k::BYTES };
+    if let Some(super::Walk::Units(p)) = super::walk(g, b) {
+        let span = 4 * b * act.len();
+        for (u, o) in out.chunks_exact_mut(4).enumerate() {
+            // SAFETY: the RowGroup invariant covers both units (`span`
+            // bytes each, the second right after the first); `o` is 4 f32.
+            unsafe {
+                let v = k4_walk_unit::<Q5>(p.wrapping_add(u * span), act);
+                _mm_storeu_ps(o.as_mut_ptr(), v);
+            }
+        }
+        return;
+    }
     if Q5 {
         // SAFETY: the RowGroup invariant covers every block of every slot.
         with_rows!(g, q5_k::BYTES, |s| unsafe { k4_rows::<Q5, _>(s, act, out) })

@@ -295,25 +295,34 @@ pub(crate) enum Walk {
 pub(crate) fn walk(g: &crate::operands::RowGroup<'_>, b: usize) -> Option<Walk> {
     let (o, st) = (g.offsets(), g.strides());
     let span = g.nblocks() * b;
-    if !walks(b) || g.block_bytes() != b || span == 0 || row_prefetch() != RowPrefetch::Linear {
+    if g.block_bytes() != b || span == 0 || row_prefetch() != RowPrefetch::Linear {
         return None;
     }
     let base = g.data().as_ptr().wrapping_add(o[0]);
-    if st.iter().all(|&x| x == b) && (0..8).all(|r| o[r] == o[0] + r * span) {
+    if walks(b, false) && st.iter().all(|&x| x == b) && (0..8).all(|r| o[r] == o[0] + r * span) {
         return Some(Walk::Rows(base));
     }
-    let r4 = st.iter().all(|&x| x == 4 * b)
+    let r4 = walks(b, true)
+        && st.iter().all(|&x| x == 4 * b)
         && (0..8).all(|r| o[r] == o[0] + (r / 4) * 4 * span + (r % 4) * b);
     r4.then_some(Walk::Units(base))
 }
 
-/// The formats whose groups [`walk`] walks: Q6_K (210-byte blocks), whose
-/// AVX-512 kernel has the walks. Zen 5, 2 threads, in turn
-/// against the lockstep kernel: cold +30 % in slow DRAM periods (37 -> 48 -
-/// 51 GB/s, 98 - 112 % of the read probe), +10 % at one thread, hot level
-/// (docs/BENCHMARKS.md, session 30).
-const fn walks(b: usize) -> bool {
-    b == 210
+/// The formats whose plain groups (`units` false) or R4 groups (`units`
+/// true) [`walk`] walks, each with an AVX-512 walk kernel; Zen 5, in turn
+/// against the lockstep kernels (docs/BENCHMARKS.md, session 30):
+/// - Q6_K (210-byte blocks), both: cold at 2 threads +20 - 30 % in slow
+///   DRAM periods (35 - 37 -> 43 - 48 GB/s, 91 - 116 % of the read probe),
+///   +7 - 10 % at one thread; hot level to 9 % lower.
+/// - Q4_K (144), R4 only: cold at 2 threads 35 - 39 -> 48 - 49 GB/s in slow
+///   periods (98 - 104 % of the probe), hot +15 - 25 %; at one thread cold
+///   +8 % at 2048 columns, -10 % at 8192.
+///
+/// A plain row's walk sums one row at a time; where a block holds 32
+/// weights (Q8_0) its chain of additions binds it hot (session 28), and
+/// R4 Q8_0's unit walk lost cold (session 30).
+const fn walks(b: usize, units: bool) -> bool {
+    b == 210 || (units && b == 144)
 }
 
 /// How a group kernel finds the current block of each of its 8 row slots
@@ -326,6 +335,21 @@ pub(crate) trait Rows {
     fn advance(&mut self);
     /// Prefetch hint for the blocks `PREFETCH_BYTES` ahead (never faults).
     fn prefetch(&self);
+}
+
+/// 8 slot pointers that do not move: a walk's blocks of one step, for the
+/// helpers that read a field of 8 blocks ([`fp16x8x2_rows`]).
+pub(crate) struct Ptrs(pub(crate) [*const u8; 8]);
+
+impl Rows for Ptrs {
+    #[inline(always)]
+    fn at(&self, r: usize) -> *const u8 {
+        self.0[r]
+    }
+    #[inline(always)]
+    fn advance(&mut self) {}
+    #[inline(always)]
+    fn prefetch(&self) {}
 }
 
 impl Rows for Slots {
