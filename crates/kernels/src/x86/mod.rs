@@ -315,8 +315,9 @@ pub(crate) fn walk(g: &crate::operands::RowGroup<'_>, b: usize) -> Option<Walk> 
 ///   DRAM periods (35 - 37 -> 43 - 48 GB/s, 91 - 116 % of the read probe),
 ///   +7 - 10 % at one thread; hot level to 9 % lower.
 /// - Q4_K (144), R4 only: cold at 2 threads 35 - 39 -> 48 - 49 GB/s in slow
-///   periods (98 - 104 % of the probe), hot +15 - 25 %; at one thread cold
-///   +8 % at 2048 columns, -10 % at 8192.
+///   periods (98 - 104 % of the probe), hot +14 - 20 %; at one thread cold
+///   +5 - 9 % at 2048 columns, -9 - 14 % at 8192. A plain row's walk was
+///   compute-bound (its eight activation blocks per step), not kept.
 ///
 /// A plain row's walk sums one row at a time; where a block holds 32
 /// weights (Q8_0) its chain of additions binds it hot (session 28), and
