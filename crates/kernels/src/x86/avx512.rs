@@ -627,17 +627,16 @@ unsafe fn k4_walk_unit<const Q5: bool>(p: *const u8, act: &[BlockQ8K]) -> __m128
         super::lines::<_MM_HINT_T0>(p.wrapping_add(super::WALK_AHEAD), 8 * b);
         let (av0, b40) = k4_act(&a2[0]);
         let (av1, b41) = k4_act(&a2[1]);
+        let pp = super::Ptrs::blocks(p, b, 8);
         let mut sv = [_mm512_setzero_si512(); 8];
         let mut scm = [_mm_setzero_si128(); 8];
-        let mut pp = [p; 8];
         for i in 0..8 {
-            pp[i] = p.wrapping_add(i * b);
             let av = if i < 4 { &av0 } else { &av1 };
             // SAFETY: slot `i`'s block is in the unit (caller).
-            (sv[i], scm[i]) = unsafe { k4_block::<Q5>(pp[i], av, &k) };
+            (sv[i], scm[i]) = unsafe { k4_block::<Q5>(pp.0[i], av, &k) };
         }
         // SAFETY: the 8 blocks' headers (caller).
-        let (d, dmin) = unsafe { fp16x8x2_rows(&super::Ptrs(pp), q4_k::D) };
+        let (d, dmin) = unsafe { fp16x8x2_rows(&pp, q4_k::D) };
         let (sv, mv) = (reduce8x16(&sv), k4_mins8(&scm, b40, b41));
         let (d0, d1) = (a2[0].d, a2[1].d);
         let da = _mm256_setr_ps(d0, d0, d0, d0, d1, d1, d1, d1);
@@ -651,16 +650,15 @@ unsafe fn k4_walk_unit<const Q5: bool>(p: *const u8, act: &[BlockQ8K]) -> __m128
     }
     if let [a] = pairs.remainder() {
         let (av, b4) = k4_act(a);
+        let pp = super::Ptrs::blocks(p, b, 4);
         let mut sv = [_mm512_setzero_si512(); 8];
         let mut scm = [_mm_setzero_si128(); 8];
-        let mut pp = [p; 8];
         for i in 0..4 {
-            pp[i] = p.wrapping_add(i * b);
             // SAFETY: slot `i`'s block is in the unit (caller).
-            (sv[i], scm[i]) = unsafe { k4_block::<Q5>(pp[i], &av, &k) };
+            (sv[i], scm[i]) = unsafe { k4_block::<Q5>(pp.0[i], &av, &k) };
         }
         // SAFETY: the 4 blocks' headers; slots 4 - 7 repeat block 0's.
-        let (d, dmin) = unsafe { fp16x8x2_rows(&super::Ptrs(pp), q4_k::D) };
+        let (d, dmin) = unsafe { fp16x8x2_rows(&pp, q4_k::D) };
         let (sv, mv) = (reduce8x16(&sv), k4_mins8(&scm, b4, b4));
         let da = _mm256_set1_ps(a.d);
         let c = _mm256_sub_ps(
@@ -891,8 +889,8 @@ unsafe fn q6_k_block<U: Fn(__m512i, __m512i) -> (__m512i, __m512i)>(
 /// eight blocks at a time (their integer sums side by side), then their
 /// terms `f32(s) * (d * da)` added to the row's sum one after the other,
 /// in block order, as the scalar kernel adds them: the same bits. The
-/// reads ahead are one stream (`ahead` bytes down the row and on into the
-/// next rows, which the caller's rows are).
+/// reads ahead are one stream ([`super::WALK_AHEAD`] down the row and on
+/// into the next rows, which the caller's rows are).
 ///
 /// # Safety
 /// `p .. p + 210 * act.len()` must be readable.
@@ -918,17 +916,7 @@ unsafe fn q6_k_walk_row<U: Fn(__m512i, __m512i) -> (__m512i, __m512i)>(
                 let bsums = load256(a.bsums.as_ptr().cast());
                 *v = q6_k_block(p.add(i * B), &av, bsums, sidx, unpack);
             }
-            let h = |i: usize| read_u16(p.add(i * B + q6_k::D)) as i16;
-            let d = _mm256_cvtph_ps(_mm_setr_epi16(
-                h(0),
-                h(1),
-                h(2),
-                h(3),
-                h(4),
-                h(5),
-                h(6),
-                h(7),
-            ));
+            let d = fp16x8_rows(&super::Ptrs::blocks(p, B, 8), q6_k::D);
             (reduce8(&sv), d)
         };
         let da = _mm256_setr_ps(
@@ -1017,10 +1005,6 @@ unsafe fn q6_k_walk_unit<U: Fn(__m512i, __m512i) -> (__m512i, __m512i)>(
     let mut acc = _mm_setzero_ps();
     let mut pairs = act.chunks_exact(2);
     let mut p = p;
-    let fp16 = |q: *const u8| {
-        // SAFETY: `q` is a block's `d` (caller).
-        unsafe { read_u16(q.add(q6_k::D)) as i16 }
-    };
     for a2 in pairs.by_ref() {
         super::lines::<_MM_HINT_T0>(p.wrapping_add(super::WALK_AHEAD), 8 * B);
         // SAFETY: the 8 blocks at `p` are in the unit (caller).
@@ -1034,17 +1018,7 @@ unsafe fn q6_k_walk_unit<U: Fn(__m512i, __m512i) -> (__m512i, __m512i)>(
             for (i, v) in sv.iter_mut().enumerate() {
                 *v = q6_k_block(p.add(i * B), &av[i / 4], bs[i / 4], sidx, unpack);
             }
-            let h = |i: usize| fp16(p.wrapping_add(i * B));
-            let d = _mm256_cvtph_ps(_mm_setr_epi16(
-                h(0),
-                h(1),
-                h(2),
-                h(3),
-                h(4),
-                h(5),
-                h(6),
-                h(7),
-            ));
+            let d = fp16x8_rows(&super::Ptrs::blocks(p, B, 8), q6_k::D);
             (reduce8(&sv), d)
         };
         let (d0, d1) = (a2[0].d, a2[1].d);
@@ -1063,9 +1037,11 @@ unsafe fn q6_k_walk_unit<U: Fn(__m512i, __m512i) -> (__m512i, __m512i)>(
             for (i, v) in sv.iter_mut().take(4).enumerate() {
                 *v = q6_k_block(p.add(i * B), &av, bs, sidx, unpack);
             }
-            let h = |i: usize| fp16(p.wrapping_add(i * B));
-            let d = _mm_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), 0, 0, 0, 0));
-            (_mm256_castsi256_si128(reduce8(&sv)), d)
+            let d = fp16x8_rows(&super::Ptrs::blocks(p, B, 4), q6_k::D);
+            (
+                _mm256_castsi256_si128(reduce8(&sv)),
+                _mm256_castps256_ps128(d),
+            )
         };
         let c = _mm_mul_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(d, _mm_set1_ps(a.d)));
         acc = _mm_add_ps(acc, c);

@@ -339,8 +339,23 @@ pub(crate) trait Rows {
 }
 
 /// 8 slot pointers that do not move: a walk's blocks of one step, for the
-/// helpers that read a field of 8 blocks ([`fp16x8x2_rows`]).
+/// helpers that read a field of 8 blocks ([`fp16x8_rows`],
+/// [`fp16x8x2_rows`]).
 pub(crate) struct Ptrs(pub(crate) [*const u8; 8]);
+
+impl Ptrs {
+    /// Slot `i < n` at the `i`-th of the `b`-byte blocks from `p`; the
+    /// slots past `n` repeat the first block (a step short of 8 blocks
+    /// reads nothing past its own).
+    #[inline(always)]
+    pub(crate) fn blocks(p: *const u8, b: usize, n: usize) -> Ptrs {
+        let mut q = [p; 8];
+        for (i, x) in q.iter_mut().enumerate().take(n) {
+            *x = p.wrapping_add(i * b);
+        }
+        Ptrs(q)
+    }
+}
 
 impl Rows for Ptrs {
     #[inline(always)]
