@@ -624,7 +624,7 @@ unsafe fn k4_walk_unit<const Q5: bool>(p: *const u8, act: &[BlockQ8K]) -> __m128
     let mut p = p;
     let mut pairs = act.chunks_exact(2);
     for a2 in pairs.by_ref() {
-        super::lines::<_MM_HINT_T0>(p.wrapping_add(super::WALK_AHEAD), 8 * b);
+        super::lines::<_MM_HINT_T0>(p.wrapping_add(super::K4_WALK_AHEAD), 8 * b);
         let (av0, b40) = k4_act(&a2[0]);
         let (av1, b41) = k4_act(&a2[1]);
         let pp = super::Ptrs::blocks(p, b, 8);
@@ -670,6 +670,150 @@ unsafe fn k4_walk_unit<const Q5: bool>(p: *const u8, act: &[BlockQ8K]) -> __m128
     acc
 }
 
+/// Activation blocks a plain row walk prepares at a time
+/// ([`k4_walk_rows`]): 64 blocks' vectors are 16 KiB, in L1 beside the
+/// rows' stream.
+const K4_PREP: usize = 64;
+
+/// A plain group of 8 contiguous Q4_K / Q5_K rows from `p` (block `b` of
+/// row `r` at `p + (r * act.len() + b) * B`) against `act`, walked in
+/// memory order a row at a time: each run of up to [`K4_PREP`] activation
+/// blocks is prepared once ([`k4_act`], shared by the 8 rows as in the
+/// lockstep kernel), then each row's blocks of that run are summed eight
+/// at a time ([`k4_row_step`]) and their terms added to the row's sum in
+/// block order, as the scalar kernel adds them: the same bits.
+///
+/// # Safety
+/// AVX2, F16C, AVX-512 F/BW/VL, VNNI; `p .. p + 8 * B * act.len()` readable.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k4_walk_rows<const Q5: bool>(p: *const u8, act: &[BlockQ8K], out: &mut [f32; 8]) {
+    let b = if Q5 { q5_k::BYTES } else { q4_k::BYTES };
+    let span = b * act.len();
+    let k = K4Consts::new();
+    let mut prep = K4Prep {
+        av: [const { core::mem::MaybeUninit::uninit() }; K4_PREP],
+        b4: [_mm_setzero_si128(); K4_PREP + 8],
+        da: [0f32; K4_PREP + 8],
+    };
+    *out = [0f32; 8];
+    for (c, run) in act.chunks(K4_PREP).enumerate() {
+        for (i, a) in run.iter().enumerate() {
+            let (v, b4) = k4_act(a);
+            prep.av[i].write(v);
+            prep.b4[i] = _mm512_castsi512_si128(b4);
+            prep.da[i] = a.d;
+        }
+        let n = run.len();
+        for (r, o) in out.iter_mut().enumerate() {
+            let mut q = p.wrapping_add(r * span + c * K4_PREP * b);
+            let mut acc = _mm_set_ss(*o);
+            let mut j = 0;
+            while j + 8 <= n {
+                // SAFETY: blocks `j .. j + 8` of this run of row `r`
+                // (caller); `prep` holds the run's `n` blocks.
+                let t = unsafe { k4_row_step::<Q5, true>(q, &prep, j, 8, &k) };
+                acc = add_lanes_in_order(acc, t);
+                q = q.wrapping_add(8 * b);
+                j += 8;
+            }
+            if j < n {
+                // SAFETY: as above, the run's last `n - j` blocks.
+                let t = unsafe { k4_row_step::<Q5, false>(q, &prep, j, n - j, &k) };
+                let mut a = [0f32; 8];
+                // SAFETY: `a` is 8 f32.
+                unsafe { _mm256_storeu_ps(a.as_mut_ptr(), t) };
+                for &x in &a[..n - j] {
+                    acc = _mm_add_ss(acc, _mm_set_ss(x));
+                }
+            }
+            *o = _mm_cvtss_f32(acc);
+        }
+    }
+}
+
+/// `acc + t[0] + t[1] + .. + t[7]` in lane 0, one `addss` after the
+/// other in lane order (the scalar kernel's order of a row's terms), the
+/// lanes moved down in registers.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn add_lanes_in_order(acc: __m128, t: __m256) -> __m128 {
+    let mut acc = acc;
+    for h in [_mm256_castps256_ps128(t), _mm256_extractf128_ps::<1>(t)] {
+        acc = _mm_add_ss(acc, h);
+        acc = _mm_add_ss(acc, _mm_movehdup_ps(h));
+        acc = _mm_add_ss(acc, _mm_movehl_ps(h, h));
+        acc = _mm_add_ss(acc, _mm_shuffle_ps::<0b11_11_11_11>(h, h));
+    }
+    acc
+}
+
+/// The activations of a run of blocks, prepared for a row walk
+/// ([`k4_walk_rows`]): [`k4_act`]'s vectors (the first `n` of a run
+/// written), their sums `b4` as one 128-bit lane each and the blocks' `d`
+/// (both padded, so that a step reads 8 whatever its length).
+struct K4Prep {
+    av: [core::mem::MaybeUninit<[__m512i; 4]>; K4_PREP],
+    b4: [__m128i; K4_PREP + 8],
+    da: [f32; K4_PREP + 8],
+}
+
+/// The terms `f32(s) * (d * da) - f32(m) * (dmin * da)` of blocks `j ..
+/// j + m` (`m <= 8`; 8 when `FULL`) of one row, the first at `q`, lane
+/// `i` for block `j + i` (lanes past `m` are not meaningful): each block's
+/// sums by [`k4_block`] against its own prepared activations, the mins'
+/// sums by [`k4_mins8`] with each lane's own activation sums.
+///
+/// # Safety
+/// AVX2, F16C, AVX-512 F/BW/VL, VNNI; the `m` blocks at `q` readable;
+/// `prep.av[j .. j + m]` written.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k4_row_step<const Q5: bool, const FULL: bool>(
+    q: *const u8,
+    prep: &K4Prep,
+    j: usize,
+    m: usize,
+    k: &K4Consts,
+) -> __m256 {
+    let b = if Q5 { q5_k::BYTES } else { q4_k::BYTES };
+    let m = if FULL { 8 } else { m };
+    super::lines::<_MM_HINT_T0>(q.wrapping_add(super::K4_WALK_AHEAD), 8 * b);
+    let pp = super::Ptrs::blocks(q, b, m);
+    // Slots past `m` repeat block `j` (read, then ignored). Written out
+    // eight times: as a loop, the compiler kept it a loop with the sums
+    // spilled to the stack (-15 % hot).
+    // SAFETY: `prep.av[x]` is written and the slot's block readable
+    // (caller; `Ptrs::blocks`).
+    let one = |i: usize| unsafe {
+        let x = if FULL || i < m { j + i } else { j };
+        k4_block::<Q5>(pp.0[i], prep.av[x].assume_init_ref(), k)
+    };
+    let (s0, m0) = one(0);
+    let (s1, m1) = one(1);
+    let (s2, m2) = one(2);
+    let (s3, m3) = one(3);
+    let (s4, m4) = one(4);
+    let (s5, m5) = one(5);
+    let (s6, m6) = one(6);
+    let (s7, m7) = one(7);
+    let sv = [s0, s1, s2, s3, s4, s5, s6, s7];
+    let scm = [m0, m1, m2, m3, m4, m5, m6, m7];
+    // SAFETY: the slots' block headers (as above); `b4` / `da` have 8
+    // entries from `j` (padded).
+    unsafe {
+        let (d, dmin) = fp16x8x2_rows(&pp, q4_k::D);
+        let b4 = prep.b4.as_ptr().add(j).cast::<__m512i>();
+        let (b4_lo, b4_hi) = (_mm512_loadu_si512(b4), _mm512_loadu_si512(b4.add(1)));
+        let (sv, mv) = (reduce8x16(&sv), k4_mins8(&scm, b4_lo, b4_hi));
+        let da = _mm256_loadu_ps(prep.da.as_ptr().add(j));
+        _mm256_sub_ps(
+            _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da)),
+            _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
+        )
+    }
+}
+
 /// `sum_j m_j b_j` of each of 8 rows (lane `r`), from the rows' scale
 /// bytes `scm[r]` = `[sc0..8 | m0..8]` (mins <= 63) and the 8 sums of 32
 /// activations as i16 in every 128-bit lane (`b4_lo` for rows 0 - 3,
@@ -704,6 +848,10 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let act = &act[..g.nblocks()];
     let b = if Q5 { q5_k::BYTES } else { q4_k::BYTES };
+    if let Some(super::Walk::Rows(p)) = super::walk(g, b) {
+        // SAFETY: the RowGroup invariant covers the 8 contiguous rows.
+        return unsafe { k4_walk_rows::<Q5>(p, act, out) };
+    }
     if let Some(super::Walk::Units(p)) = super::walk(g, b) {
         let span = 4 * b * act.len();
         for (u, o) in out.chunks_exact_mut(4).enumerate() {

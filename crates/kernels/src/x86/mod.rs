@@ -272,6 +272,12 @@ const fn linear_prefetch(b: usize, group: usize) -> bool {
 /// was ahead cold in fast DRAM periods (docs/BENCHMARKS.md, session 30).
 pub(crate) const WALK_AHEAD: usize = 4096;
 
+/// [`WALK_AHEAD`] for the Q4_K / Q5_K walks: their blocks hold 256 weights
+/// in 144 bytes, so a step covers more of the stream than a Q6_K one; the
+/// plain row walk measured 4, 8 and 12 KiB, and 8 KiB kept 2 threads' cold
+/// rate and lifted one thread's (docs/BENCHMARKS.md, session 31).
+pub(crate) const K4_WALK_AHEAD: usize = 8192;
+
 /// A group its kernel walks in memory order instead of reading its 8 slots
 /// in lockstep ([`walk`]).
 #[derive(Clone, Copy, Debug)]
@@ -299,31 +305,34 @@ pub(crate) fn walk(g: &crate::operands::RowGroup<'_>, b: usize) -> Option<Walk> 
         return None;
     }
     let base = g.data().as_ptr().wrapping_add(o[0]);
-    if walks(b, false) && st.iter().all(|&x| x == b) && (0..8).all(|r| o[r] == o[0] + r * span) {
+    if walks(b) && st.iter().all(|&x| x == b) && (0..8).all(|r| o[r] == o[0] + r * span) {
         return Some(Walk::Rows(base));
     }
-    let r4 = walks(b, true)
+    let r4 = walks(b)
         && st.iter().all(|&x| x == 4 * b)
         && (0..8).all(|r| o[r] == o[0] + (r / 4) * 4 * span + (r % 4) * b);
     r4.then_some(Walk::Units(base))
 }
 
-/// The formats whose plain groups (`units` false) or R4 groups (`units`
-/// true) [`walk`] walks, each with an AVX-512 walk kernel; Zen 5, in turn
-/// against the lockstep kernels (docs/BENCHMARKS.md, session 30):
-/// - Q6_K (210-byte blocks), both: cold at 2 threads +20 - 30 % in slow
-///   DRAM periods (35 - 37 -> 43 - 48 GB/s, 91 - 116 % of the read probe),
+/// The formats whose plain and R4 groups [`walk`] walks, each with an
+/// AVX-512 walk kernel; Zen 5, in turn against the lockstep kernels
+/// (docs/BENCHMARKS.md, sessions 30 and 31):
+/// - Q6_K (210-byte blocks): cold at 2 threads +20 - 30 % in slow DRAM
+///   periods (35 - 37 -> 43 - 48 GB/s, 91 - 116 % of the read probe),
 ///   +7 - 10 % at one thread; hot level to 9 % lower.
-/// - Q4_K (144), R4 only: cold at 2 threads 35 - 39 -> 48 - 49 GB/s in slow
-///   periods (98 - 104 % of the probe), hot +14 - 20 %; at one thread cold
-///   +5 - 9 % at 2048 columns, -9 - 14 % at 8192. A plain row's walk was
-///   compute-bound (its eight activation blocks per step), not kept.
+/// - Q4_K (144), R4: cold at 2 threads 35 - 39 -> 48 - 49 GB/s in slow
+///   periods (98 - 104 % of the probe), hot +14 - 20 %.
+/// - Q4_K, plain rows, with each run of activation blocks prepared once
+///   per group: cold at 2 threads 37 - 40 -> 42 - 47 GB/s in slow periods
+///   (ggml 38 - 39 at 2048 x 8192: 0.95 - 0.98x -> 1.10 - 1.16x); hot
+///   level. One thread cold at 8192 columns, where the lockstep's eight
+///   streams read 36 GB/s, 33 (ggml 25 - 26); at 2048 columns +10 - 15 %.
 ///
 /// A plain row's walk sums one row at a time; where a block holds 32
 /// weights (Q8_0) its chain of additions binds it hot (session 28), and
 /// R4 Q8_0's unit walk lost cold (session 30).
-const fn walks(b: usize, units: bool) -> bool {
-    b == 210 || (units && b == 144)
+const fn walks(b: usize) -> bool {
+    b == 210 || b == 144
 }
 
 /// How a group kernel finds the current block of each of its 8 row slots
