@@ -324,7 +324,7 @@ pub(crate) fn walk(g: &crate::operands::RowGroup<'_>, b: usize) -> Option<Walk> 
 ///   periods (98 - 104 % of the probe), hot +14 - 20 %.
 /// - Q4_K, plain rows, with each run of activation blocks prepared once
 ///   per group: cold at 2 threads 37 - 40 -> 42 - 47 GB/s in slow periods
-///   (ggml 38 - 39 at 2048 x 8192: 0.95 - 0.98x -> 1.10 - 1.16x); hot
+///   (ggml 38 - 39 at 2048 x 8192: 0.95 - 0.98x -> 1.09 - 1.16x); hot
 ///   level. One thread cold at 8192 columns, where the lockstep's eight
 ///   streams read 36 GB/s, 33 (ggml 25 - 26); at 2048 columns +10 - 15 %.
 ///
