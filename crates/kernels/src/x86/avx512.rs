@@ -14,8 +14,8 @@ use core::arch::x86_64::*;
 
 use super::{
     add_scaled, add_scaled_mins, fp16x8_rows, fp16x8x2_rows, i8x8, iq4_levels, iq4_table,
-    iq4_xs_scales_at, k4_scale_bytes, load128, load256, q4_1_contrib, q4_values, q5_0_values,
-    q5_1_values, read_u16, read_u32, reduce8, with_rows, Rows,
+    iq4_xs_scales_at, k4_scale_bytes, load128, load256, mins_terms, q4_1_contrib, q4_values,
+    q5_0_values, q5_1_values, read_u16, read_u32, reduce8, with_rows, Rows,
 };
 use crate::act::{ActQ8_0, BlockQ8K, Cq4Act};
 use crate::blocks::{iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0};
@@ -640,10 +640,7 @@ unsafe fn k4_walk_unit<const Q5: bool>(p: *const u8, act: &[BlockQ8K]) -> __m128
         let (sv, mv) = (reduce8x16(&sv), k4_mins8(&scm, b40, b41));
         let (d0, d1) = (a2[0].d, a2[1].d);
         let da = _mm256_setr_ps(d0, d0, d0, d0, d1, d1, d1, d1);
-        let c = _mm256_sub_ps(
-            _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da)),
-            _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
-        );
+        let c = mins_terms(sv, mv, d, dmin, da);
         acc = _mm_add_ps(acc, _mm256_castps256_ps128(c));
         acc = _mm_add_ps(acc, _mm256_extractf128_ps::<1>(c));
         p = p.wrapping_add(8 * b);
@@ -660,11 +657,7 @@ unsafe fn k4_walk_unit<const Q5: bool>(p: *const u8, act: &[BlockQ8K]) -> __m128
         // SAFETY: the 4 blocks' headers; slots 4 - 7 repeat block 0's.
         let (d, dmin) = unsafe { fp16x8x2_rows(&pp, q4_k::D) };
         let (sv, mv) = (reduce8x16(&sv), k4_mins8(&scm, b4, b4));
-        let da = _mm256_set1_ps(a.d);
-        let c = _mm256_sub_ps(
-            _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da)),
-            _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
-        );
+        let c = mins_terms(sv, mv, d, dmin, _mm256_set1_ps(a.d));
         acc = _mm_add_ps(acc, _mm256_castps256_ps128(c));
     }
     acc
@@ -806,11 +799,7 @@ unsafe fn k4_row_step<const Q5: bool, const FULL: bool>(
         let b4 = prep.b4.as_ptr().add(j).cast::<__m512i>();
         let (b4_lo, b4_hi) = (_mm512_loadu_si512(b4), _mm512_loadu_si512(b4.add(1)));
         let (sv, mv) = (reduce8x16(&sv), k4_mins8(&scm, b4_lo, b4_hi));
-        let da = _mm256_loadu_ps(prep.da.as_ptr().add(j));
-        _mm256_sub_ps(
-            _mm256_mul_ps(_mm256_cvtepi32_ps(sv), _mm256_mul_ps(d, da)),
-            _mm256_mul_ps(_mm256_cvtepi32_ps(mv), _mm256_mul_ps(dmin, da)),
-        )
+        mins_terms(sv, mv, d, dmin, _mm256_loadu_ps(prep.da.as_ptr().add(j)))
     }
 }
 
@@ -848,21 +837,22 @@ unsafe fn k4_group<const Q5: bool>(g: &RowGroup<'_>, act: &[BlockQ8K], out: &mut
     assert!(act.len() >= g.nblocks(), "activation blocks");
     let act = &act[..g.nblocks()];
     let b = if Q5 { q5_k::BYTES } else { q4_k::BYTES };
-    if let Some(super::Walk::Rows(p)) = super::walk(g, b) {
+    match super::walk(g, b) {
         // SAFETY: the RowGroup invariant covers the 8 contiguous rows.
-        return unsafe { k4_walk_rows::<Q5>(p, act, out) };
-    }
-    if let Some(super::Walk::Units(p)) = super::walk(g, b) {
-        let span = 4 * b * act.len();
-        for (u, o) in out.chunks_exact_mut(4).enumerate() {
-            // SAFETY: the RowGroup invariant covers both units (`span`
-            // bytes each, the second right after the first); `o` is 4 f32.
-            unsafe {
-                let v = k4_walk_unit::<Q5>(p.wrapping_add(u * span), act);
-                _mm_storeu_ps(o.as_mut_ptr(), v);
+        Some(super::Walk::Rows(p)) => return unsafe { k4_walk_rows::<Q5>(p, act, out) },
+        Some(super::Walk::Units(p)) => {
+            let span = 4 * b * act.len();
+            for (u, o) in out.chunks_exact_mut(4).enumerate() {
+                // SAFETY: the RowGroup invariant covers both units (`span`
+                // bytes each, the second right after the first); `o` is 4 f32.
+                unsafe {
+                    let v = k4_walk_unit::<Q5>(p.wrapping_add(u * span), act);
+                    _mm_storeu_ps(o.as_mut_ptr(), v);
+                }
             }
+            return;
         }
-        return;
+        None => {}
     }
     if Q5 {
         // SAFETY: the RowGroup invariant covers every block of every slot.

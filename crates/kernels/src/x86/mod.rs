@@ -66,9 +66,21 @@ pub(crate) fn add_scaled(acc: __m256, s: __m256i, d: __m256, da: f32) -> __m256 
     _mm256_add_ps(acc, c)
 }
 
-/// `acc + (f32(s) * (d * da) - f32(m) * (dmin * da))` lane-wise: the block
-/// formula of the k-quants with mins (Q4_K, Q5_K, Q2_K) for 8 rows, in the
-/// scalar order.
+/// `f32(s) * (d * da) - f32(m) * (dmin * da)` lane-wise: the block terms
+/// of the k-quants with mins (Q4_K, Q5_K, Q2_K) for 8 rows, or for 8
+/// blocks of a walk each with its own `da`, in the scalar order (the
+/// product of the scales first, no FMA).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn mins_terms(s: __m256i, m: __m256i, d: __m256, dmin: __m256, da: __m256) -> __m256 {
+    _mm256_sub_ps(
+        _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, da)),
+        _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dmin, da)),
+    )
+}
+
+/// `acc + mins_terms(s, m, d, dmin, da)` lane-wise ([`mins_terms`]), one
+/// activation block's `da` for all 8 rows.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(crate) fn add_scaled_mins(
@@ -79,12 +91,7 @@ pub(crate) fn add_scaled_mins(
     dmin: __m256,
     da: f32,
 ) -> __m256 {
-    let da = _mm256_set1_ps(da);
-    let c = _mm256_sub_ps(
-        _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, da)),
-        _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dmin, da)),
-    );
-    _mm256_add_ps(acc, c)
+    _mm256_add_ps(acc, mins_terms(s, m, d, dmin, _mm256_set1_ps(da)))
 }
 
 /// How far ahead the CQ4 kernels prefetch panel bytes.
@@ -272,10 +279,12 @@ const fn linear_prefetch(b: usize, group: usize) -> bool {
 /// was ahead cold in fast DRAM periods (docs/BENCHMARKS.md, session 30).
 pub(crate) const WALK_AHEAD: usize = 4096;
 
-/// [`WALK_AHEAD`] for the Q4_K / Q5_K walks: their blocks hold 256 weights
-/// in 144 bytes, so a step covers more of the stream than a Q6_K one; the
-/// plain row walk measured 4, 8 and 12 KiB, and 8 KiB kept 2 threads' cold
-/// rate and lifted one thread's (docs/BENCHMARKS.md, session 31).
+/// [`WALK_AHEAD`] for the Q4_K walks (plain rows and R4), measured on its
+/// own: at 4, 8 and 12 KiB the plain row walk's cold rate at one thread
+/// rose with the distance, at two threads it held up to 8 KiB and fell at
+/// 12; 8 KiB also lifted R4's unit walk at one thread, two threads level
+/// (docs/BENCHMARKS.md, session 31). Q6_K's walks lost at two threads
+/// with 8 KiB and keep [`WALK_AHEAD`].
 pub(crate) const K4_WALK_AHEAD: usize = 8192;
 
 /// A group its kernel walks in memory order instead of reading its 8 slots
@@ -301,15 +310,14 @@ pub(crate) enum Walk {
 pub(crate) fn walk(g: &crate::operands::RowGroup<'_>, b: usize) -> Option<Walk> {
     let (o, st) = (g.offsets(), g.strides());
     let span = g.nblocks() * b;
-    if g.block_bytes() != b || span == 0 || row_prefetch() != RowPrefetch::Linear {
+    if !walks(b) || g.block_bytes() != b || span == 0 || row_prefetch() != RowPrefetch::Linear {
         return None;
     }
     let base = g.data().as_ptr().wrapping_add(o[0]);
-    if walks(b) && st.iter().all(|&x| x == b) && (0..8).all(|r| o[r] == o[0] + r * span) {
+    if st.iter().all(|&x| x == b) && (0..8).all(|r| o[r] == o[0] + r * span) {
         return Some(Walk::Rows(base));
     }
-    let r4 = walks(b)
-        && st.iter().all(|&x| x == 4 * b)
+    let r4 = st.iter().all(|&x| x == 4 * b)
         && (0..8).all(|r| o[r] == o[0] + (r / 4) * 4 * span + (r % 4) * b);
     r4.then_some(Walk::Units(base))
 }
